@@ -1,0 +1,69 @@
+# Multi-Head Attention, step by step -- build and test entry points.
+#
+#   make book      build the HTML book into _build/html (strict: zero warnings)
+#   make test      every check in one pytest run: notebooks (nbval), library, book build, browser
+#   make execute   re-run book/**/*.ipynb in place (after a library change); NB=path.ipynb for one
+#   make lint      ruff over mha_lib and tests
+#   make clean     remove _build
+#
+# Everything runs from .venv/bin explicitly; nothing needs an activated venv.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV     := .venv
+BIN      := $(VENV)/bin
+PY       := $(BIN)/python
+STAMP    := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
+
+# Deterministic hashing in pytest, in the notebook kernels it starts and in `make execute`.
+export PYTHONHASHSEED := 0
+# The notebooks' stored figures come from the inline backend; a backend forced from the
+# environment (e.g. MPLBACKEND=Agg in CI) would change their outputs, so never pass one on.
+unexport MPLBACKEND
+
+JB_BUILD := $(BIN)/jupyter-book build . -W -n --keep-going --all
+PYTEST   := $(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+.PHONY: help setup book test execute lint clean chromium
+
+help:
+	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
+
+# --- set-up -----------------------------------------------------------------------
+# Create the venv if missing, (re)install when requirements.txt or pyproject.toml change.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -r requirements.txt
+	touch $@
+
+setup: $(STAMP)
+
+# Debian's Chromium for the browser tests (Playwright drives /usr/bin/chromium; its own
+# browser download is not used). Installed only when missing; needs root (or sudo).
+chromium:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  echo "Installing Chromium from Debian (apt-get) ..."; \
+	  SUDO=""; if [ "$$(id -u)" != 0 ]; then SUDO="sudo -n"; fi; \
+	  $$SUDO apt-get update -q < /dev/null; \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium < /dev/null; \
+	fi
+
+# --- targets ----------------------------------------------------------------------
+book: $(STAMP)
+	$(JB_BUILD)
+
+test: $(STAMP) chromium
+	$(PYTEST)
+
+execute: $(STAMP)
+	$(PY) tests/execute_notebooks.py $(NB)
+
+lint: $(STAMP)
+	$(BIN)/ruff check mha_lib tests
+
+clean:
+	rm -rf _build

@@ -1,0 +1,74 @@
+"""Input checks shared by every layer: each failure is a ``ValueError`` that names
+the argument, what was expected and what was given.
+
+This private module imports nothing from the package, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["check_tensor", "check_mask", "check_positive_int", "shape_str"]
+
+
+def shape_str(shape: Sequence[int | str]) -> str:
+    """``(3, 6, 8)`` for a shape, also for shapes written with letters."""
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def check_tensor(
+    name: str,
+    x: object,
+    shape: Sequence[int | str | None],
+    *,
+    floating: bool = True,
+) -> torch.Tensor:
+    """Check that ``x`` is a tensor of rank ``len(shape)`` whose sizes match.
+
+    ``shape`` holds ints (that size is required) or strings/None (any size); strings
+    only name the dimension in the message, e.g. ``("B", "L", 512)``.
+    """
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor of shape {shape_str(shape)}, "
+                        f"got {type(x).__name__}")
+    letters = [s if s is not None else "*" for s in shape]
+    if x.dim() != len(shape):
+        raise ValueError(f"{name}: expected a {len(shape)}-D tensor of shape {shape_str(letters)}, "
+                         f"got a {x.dim()}-D tensor of shape {shape_str(x.shape)}")
+    for i, want in enumerate(shape):
+        if isinstance(want, int) and x.shape[i] != want:
+            raise ValueError(f"{name}: expected shape {shape_str(letters)} with size {want} in "
+                             f"dimension {i}, got shape {shape_str(x.shape)}")
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+    return x
+
+
+def check_mask(mask: object, target: Sequence[int], letters: str, dtype: torch.dtype) -> torch.Tensor:
+    """Check that ``mask`` is bool (True = may attend) or float (added to the scores)
+    and broadcasts to ``target``, whose dimensions are named by ``letters``."""
+    named = ", ".join(f"{a}={n}" for a, n in zip(letters.split(), target, strict=True))
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask: expected a bool or float tensor broadcastable to ({named}), "
+                        f"got {type(mask).__name__}")
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"mask: expected dtype torch.bool (True = may attend) or a floating "
+                        f"dtype (added to the scores), got {mask.dtype}")
+    if mask.is_floating_point() and mask.dtype != dtype:
+        raise TypeError(f"mask: a float mask must have the scores' dtype {dtype}, got {mask.dtype}")
+    try:
+        broadcast = torch.broadcast_shapes(tuple(mask.shape), tuple(target))
+    except RuntimeError:
+        broadcast = None
+    if broadcast != tuple(target):
+        raise ValueError(f"mask: expected a shape broadcastable to ({named}), "
+                         f"got {shape_str(mask.shape)}")
+    return mask
+
+
+def check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    return value

@@ -1,0 +1,99 @@
+"""Scaled dot-product attention and the masked softmax under it (chapters 6 and 7).
+
+Shape legend: ... - any leading dims (batch, heads), Lq - query length, Lk - key length,
+D - query/key dim, Dv - value dim.
+
+Masks are bool, True = may attend, or float, added to the scores. Masked scores are
+set to ``-inf``: exactly zero weight after the softmax, in every dtype, with no magic
+number that could overflow float16 (chapter 7 shows why ``-1e9`` does). A row with
+nothing to attend to would be ``softmax([-inf, ..., -inf]) = 0/0 = NaN``; we define
+its weights (and so its output) as zeros, the only answer that says "nothing seen".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from mha_lib._checks import check_mask
+
+__all__ = ["masked_softmax", "scaled_dot_product_attention"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the last dim of ``scores`` ``(..., Lq, Lk)``, skipping masked keys.
+
+    ``mask``: bool (True = may attend) or float (added), broadcastable to ``scores``.
+    Fully masked rows give all-zero weights, never NaN. Half-precision scores are
+    normalised in float32 and returned in their own dtype. Derived in chapter 7.
+    """
+    if mask is not None:
+        check_mask(mask, scores.shape, " ".join(["..."] * (scores.dim() - 2) + ["Lq", "Lk"]),
+                   scores.dtype)
+    x = scores.float() if scores.dtype in _HALF else scores
+    if mask is None:
+        return torch.softmax(x, dim=-1).to(scores.dtype)
+    if mask.dtype == torch.bool:
+        x = x.masked_fill(~mask, float("-inf"))
+    else:
+        x = x + mask.to(x.dtype)
+    empty = (x == float("-inf")).all(dim=-1, keepdim=True)  # (..., Lq, 1): nothing to attend to
+    x = x.masked_fill(empty, 0.0)  # keeps softmax (and its gradient) finite on those rows
+    weights = torch.softmax(x, dim=-1).masked_fill(empty, 0.0)  # (..., Lq, Lk)
+    return weights.to(scores.dtype)
+
+
+def scaled_dot_product_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    *,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``softmax(Q K^T / sqrt(D)) V``, written out so the weights can be returned.
+
+    Shapes: query ``(..., Lq, D)``, key ``(..., Lk, D)``, value ``(..., Lk, Dv)``;
+    returns ``(output (..., Lq, Dv), weights (..., Lq, Lk))``. ``dropout`` (e.g. an
+    ``nn.Dropout``) is applied to the weights before they average the values.
+    ``scale`` defaults to ``1 / sqrt(D)``. Derived in chapter 6.
+    """
+    _check_qkv(query, key, value)
+    # Half inputs: scores in float32, so large dot products cannot overflow.
+    q, k = (query.float(), key.float()) if query.dtype in _HALF else (query, key)
+    scores = q @ k.transpose(-2, -1)  # (..., Lq, D) @ (..., D, Lk) -> (..., Lq, Lk)
+    scores = scores / math.sqrt(query.size(-1)) if scale is None else scores * scale
+    if mask is not None and mask.is_floating_point():
+        mask = check_mask(mask, scores.shape, _letters(scores), query.dtype).to(scores.dtype)
+    weights = masked_softmax(scores, mask).to(query.dtype)  # (..., Lq, Lk)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights  # (..., Lq, Lk) @ (..., Lk, Dv) -> (..., Lq, Dv)
+
+
+def _letters(scores: torch.Tensor) -> str:
+    return " ".join(["..."] * (scores.dim() - 2) + ["Lq", "Lk"])
+
+
+def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+        if x.dim() < 2:
+            raise ValueError(f"{name}: expected at least 2 dims (..., L, D), "
+                             f"got shape {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+        if x.dtype != query.dtype:
+            raise TypeError(f"{name}: expected dtype {query.dtype} (the query's), got {x.dtype}")
+    if key.size(-1) != query.size(-1):
+        raise ValueError(f"key: expected last dim D={query.size(-1)} (the query's), "
+                         f"got shape {tuple(key.shape)}")
+    if value.size(-2) != key.size(-2):
+        raise ValueError(f"value: expected Lk={key.size(-2)} rows (the key's length), "
+                         f"got shape {tuple(value.shape)}")

@@ -1,0 +1,92 @@
+"""Checkers for the exercises at the end of each chapter.
+
+Each ``check_*`` function takes the reader's answer and returns a :class:`Verdict`,
+which prints as a one-line "Correct" or a hint about what is wrong; ``bool(verdict)``
+says whether the answer is right. The checkers compare against the library, so a
+correct answer is one that agrees with ``mha_lib``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from mha_lib.text import build_vocab, encode, tokenize
+
+__all__ = ["Verdict", "check_tokenizer", "check_vocab", "check_padded_batch", "SENTENCES"]
+
+# The running example of the book (seed 001): three sentences of six tokens each.
+SENTENCES = [
+    "I wonder what will come next!",
+    "This is a basic example paragraph.",
+    "Hello, what is a basic split?",
+]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of a check: ``ok`` and a message for the reader."""
+
+    ok: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return ("Correct: " if self.ok else "Not yet: ") + self.message
+
+
+def _compare(name: str, given: object, expected: object, success: str) -> Verdict:
+    if given == expected:
+        return Verdict(True, success)
+    return Verdict(False, f"{name} should be {expected!r}, got {given!r}")
+
+
+def strip_all_punctuation(text: str) -> list[str]:
+    """The answer to exercise 1.1: :func:`~mha_lib.tokenize` that also drops commas."""
+    return tokenize(text.replace(",", ""))
+
+
+def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
+    """Exercise 1.1: a tokenizer like :func:`~mha_lib.tokenize` that also drops commas."""
+    for text in [*SENTENCES, "Well, well, well.", "no punctuation here"]:
+        try:
+            given = fn(text)
+        except Exception as error:  # the reader's code: report, do not crash the notebook
+            return Verdict(False, f"fn({text!r}) raised {type(error).__name__}: {error}")
+        verdict = _compare(f"fn({text!r})", given, strip_all_punctuation(text), "")
+        if not verdict:
+            return verdict
+    return Verdict(True, "commas are gone and everything else is as tokenize() does it")
+
+
+def check_vocab(stoi: dict[str, int]) -> Verdict:
+    """Exercise 1.2: the vocabulary of the running example with ``"<pad>"`` as id 0."""
+    expected = build_vocab(SENTENCES, specials=("<pad>",))
+    if not isinstance(stoi, dict):
+        return Verdict(False, f"stoi should be a dict from token to id, got {type(stoi).__name__}")
+    if stoi.get("<pad>") != 0:
+        return Verdict(False, f'"<pad>" should have id 0, got {stoi.get("<pad>")!r}')
+    missing = sorted(set(expected) - set(stoi))
+    if missing:
+        return Verdict(False, f"tokens missing from stoi: {missing}")
+    return _compare("stoi", stoi, expected, f"{len(expected)} entries, <pad> first, then sorted")
+
+
+def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
+    """Exercise 1.3: ``"What will come next?"`` and ``"A basic split!"`` as one batch,
+    padded with the ``"<pad>"`` id of :func:`check_vocab`'s vocabulary."""
+    stoi = build_vocab(SENTENCES, specials=("<pad>",))
+    want_ids, want_lengths = encode(["What will come next?", "A basic split!"], stoi, pad_id=0)
+    for name, given, want in (("ids", ids, want_ids), ("lengths", lengths, want_lengths)):
+        if not isinstance(given, torch.Tensor):
+            return Verdict(False, f"{name} should be a tensor, got {type(given).__name__}")
+        if given.shape != want.shape:
+            return Verdict(False, f"{name} should have shape {tuple(want.shape)}, "
+                                  f"got {tuple(given.shape)}")
+        if not torch.equal(given.long(), want):
+            return Verdict(False, f"{name} should be {want.tolist()}, got {given.tolist()}")
+    return Verdict(True, "two rows of four ids, the shorter padded with 0; lengths [4, 3]")

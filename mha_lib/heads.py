@@ -1,0 +1,62 @@
+"""Reshapes between one wide vector per token and one narrow vector per head (chapters 5, 9).
+
+Shape legend: B - batch, L - length, H - heads, D - head dim (d_model = H * D).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mha_lib._checks import check_positive_int, check_tensor
+
+__all__ = ["split_heads", "merge_heads", "transpose_qkv", "transpose_output"]
+
+
+def _head_dim(x: torch.Tensor, num_heads: int) -> int:
+    check_positive_int("num_heads", num_heads)
+    if x.size(-1) % num_heads:
+        raise ValueError(f"x: expected a last dimension divisible by num_heads={num_heads}, "
+                         f"got shape {tuple(x.shape)}")
+    return x.size(-1) // num_heads
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``(B, L, H*D)`` -> ``(B, H, L, D)``: view the features as heads, then bring the
+    head axis before the length axis. Derived in chapter 5."""
+    check_tensor("x", x, ("B", "L", "d_model"), floating=False)
+    batch, length, _ = x.shape
+    head_dim = _head_dim(x, num_heads)
+    x = x.reshape(batch, length, num_heads, head_dim)  # (B, L, H, D), a view when x is contiguous
+    return x.transpose(1, 2)  # (B, H, L, D)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """``(B, H, L, D)`` -> ``(B, L, H*D)``: the inverse of :func:`split_heads`
+    (concatenate the heads). Derived in chapter 8."""
+    check_tensor("x", x, ("B", "H", "L", "D"), floating=False)
+    batch, num_heads, length, head_dim = x.shape
+    x = x.transpose(1, 2)  # (B, L, H, D)
+    return x.reshape(batch, length, num_heads * head_dim)  # (B, L, H*D)
+
+
+def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """d2l's ``(B, L, H*D)`` -> ``(B*H, L, D)``: heads folded into the batch, so a
+    batched matmul attends every head at once. Derived in chapter 9."""
+    check_tensor("X", X, ("B", "L", "num_hiddens"), floating=False)
+    head_dim = _head_dim(X, num_heads)
+    X = X.reshape(X.shape[0], X.shape[1], num_heads, head_dim)  # (B, L, H, D)
+    X = X.permute(0, 2, 1, 3)  # (B, H, L, D)
+    return X.reshape(-1, X.shape[2], X.shape[3])  # (B*H, L, D)
+
+
+def transpose_output(X: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """d2l's ``(B*H, L, D)`` -> ``(B, L, H*D)``: the inverse of :func:`transpose_qkv`.
+    Derived in chapter 9."""
+    check_tensor("X", X, ("B*H", "L", "D"), floating=False)
+    check_positive_int("num_heads", num_heads)
+    if X.shape[0] % num_heads:
+        raise ValueError(f"X: expected a first dimension B*H divisible by num_heads={num_heads}, "
+                         f"got shape {tuple(X.shape)}")
+    X = X.reshape(-1, num_heads, X.shape[1], X.shape[2])  # (B, H, L, D)
+    X = X.permute(0, 2, 1, 3)  # (B, L, H, D)
+    return X.reshape(X.shape[0], X.shape[1], -1)  # (B, L, H*D)

@@ -1,0 +1,55 @@
+"""Attention masks, one convention: a bool tensor, True = may attend (chapter 7).
+
+This is the convention of ``torch.nn.functional.scaled_dot_product_attention``.
+``torch.nn.MultiheadAttention`` uses the opposite (True = blocked): see Appendix A.
+
+Shape legend: B - batch, H - heads, Lq - query length, Lk - key length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["causal_mask", "padding_mask"]
+
+
+def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | str | None = None
+                ) -> torch.Tensor:
+    """``(Lq, Lk)`` bool mask where query ``i`` may attend key ``j`` iff ``j <= i + Lk - Lq``.
+
+    With ``Lq == Lk`` (the default) this is the lower triangle: no token sees its future.
+    With ``Lk > Lq`` the queries are the last ``Lq`` positions (decoding with a KV cache).
+    Derived in chapter 7.
+    """
+    k_len = q_len if k_len is None else k_len
+    for name, value in (("q_len", q_len), ("k_len", k_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: expected a non-negative int, got {value!r}")
+    ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
+    return torch.tril(ones, diagonal=k_len - q_len)  # (Lq, Lk)
+
+
+def padding_mask(valid_lens: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """Bool mask that lets every query attend only the first ``valid_lens`` keys.
+
+    ``valid_lens`` ``(B,)`` gives ``(B, 1, 1, Lk)``; ``(B, Lq)`` (one length per query,
+    as d2l allows) gives ``(B, 1, Lq, Lk)``. Both broadcast to ``(B, H, Lq, Lk)``.
+    ``max_len`` (``Lk``) defaults to the largest length. Derived in chapter 7.
+    """
+    if not isinstance(valid_lens, torch.Tensor):
+        raise TypeError(f"valid_lens: expected a tensor of shape (B,) or (B, Lq), "
+                        f"got {type(valid_lens).__name__}")
+    if valid_lens.dim() not in (1, 2):
+        raise ValueError(f"valid_lens: expected shape (B,) or (B, Lq), "
+                         f"got shape {tuple(valid_lens.shape)}")
+    if valid_lens.is_complex() or valid_lens.dtype == torch.bool:
+        raise TypeError(f"valid_lens: expected an integer or float tensor, got {valid_lens.dtype}")
+    if max_len is None:
+        max_len = int(valid_lens.max()) if valid_lens.numel() else 0
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise ValueError(f"max_len: expected a non-negative int, got {max_len!r}")
+    positions = torch.arange(max_len, device=valid_lens.device)  # (Lk,)
+    mask = positions < valid_lens.unsqueeze(-1)  # (B, Lk) or (B, Lq, Lk)
+    if valid_lens.dim() == 1:
+        return mask[:, None, None, :]  # (B, 1, 1, Lk)
+    return mask[:, None, :, :]  # (B, 1, Lq, Lk)

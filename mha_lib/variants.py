@@ -1,0 +1,160 @@
+"""Two published variants, kept with their sources' names (chapters 9 and 10).
+
+* d2l (seed 003): heads folded into the batch with ``transpose_qkv``, masks given as
+  ``valid_lens``; ``DotProductAttention`` and ``D2LMultiHeadAttention``.
+* einsum / einops (seed 004): ``rearrange`` + ``einsum``, ``d_k != d_v`` allowed,
+  residual + LayerNorm; ``EinsumMultiHeadAttention``.
+
+Both use the library's mask convention (True = may attend) and its safe softmax, so a
+query with nothing to attend to gives zeros. Where that differs from the sources: d2l
+fills with ``-1e6`` and gives such a row uniform weights; seed 004 takes True = blocked.
+
+Shape legend: B - batch, H - heads, Lq/Lk - query/key length, D - head dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from einops import rearrange
+from torch import nn
+
+from mha_lib._checks import check_mask, check_positive_int, check_tensor
+from mha_lib.attention import masked_softmax
+from mha_lib.heads import transpose_output, transpose_qkv
+from mha_lib.masks import padding_mask
+
+__all__ = ["DotProductAttention", "D2LMultiHeadAttention", "EinsumMultiHeadAttention"]
+
+
+def _check_valid_lens(valid_lens: torch.Tensor | None, batch: int, q_len: int) -> None:
+    if valid_lens is None:
+        return
+    if not isinstance(valid_lens, torch.Tensor):
+        raise TypeError(f"valid_lens: expected a tensor of shape ({batch},) or ({batch}, {q_len}), "
+                        f"got {type(valid_lens).__name__}")
+    if tuple(valid_lens.shape) not in ((batch,), (batch, q_len)):
+        raise ValueError(f"valid_lens: expected shape ({batch},) or ({batch}, {q_len}) "
+                         f"(batch, or batch x queries), got {tuple(valid_lens.shape)}")
+
+
+class DotProductAttention(nn.Module):
+    """d2l's scaled dot-product attention on 3-D tensors.
+
+    ``forward(queries (B, Lq, D), keys (B, Lk, D), values (B, Lk, Dv), valid_lens=None)``
+    returns ``(B, Lq, Dv)`` and keeps the weights in ``self.attention_weights``.
+    ``valid_lens`` ``(B,)`` or ``(B, Lq)``: how many keys each query may see.
+    Derived in chapter 9.
+    """
+
+    def __init__(self, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights: torch.Tensor | None = None
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        check_tensor("queries", queries, ("B", "Lq", "D"))
+        batch, q_len, d = queries.shape
+        check_tensor("keys", keys, (batch, "Lk", d))
+        check_tensor("values", values, (batch, keys.size(1), "Dv"))
+        _check_valid_lens(valid_lens, batch, q_len)
+        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)  # (B, Lq, Lk)
+        mask = None
+        if valid_lens is not None:
+            mask = padding_mask(valid_lens, keys.size(1))[:, 0]  # (B, 1, Lk) or (B, Lq, Lk)
+        self.attention_weights = masked_softmax(scores, mask)  # (B, Lq, Lk)
+        return torch.bmm(self.dropout(self.attention_weights), values)  # (B, Lq, Dv)
+
+
+class D2LMultiHeadAttention(nn.Module):
+    """d2l's multi-head attention (seed 003): projections ``W_q, W_k, W_v, W_o``, heads
+    folded into the batch dimension.
+
+    ``forward(queries (B, Lq, query_size), keys (B, Lk, key_size),
+    values (B, Lk, value_size), valid_lens)`` returns ``(B, Lq, num_hiddens)``;
+    ``valid_lens`` ``(B,)``, ``(B, Lq)`` or None, repeated for every head.
+    Derived in chapter 9.
+    """
+
+    def __init__(self, key_size: int, query_size: int, value_size: int, num_hiddens: int,
+                 num_heads: int, dropout: float, bias: bool = False):
+        super().__init__()
+        check_positive_int("num_heads", num_heads)
+        if num_hiddens % num_heads:
+            raise ValueError(f"num_heads: expected a divisor of num_hiddens={num_hiddens}, "
+                             f"got num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.attention = DotProductAttention(dropout)
+        self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(key_size, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                valid_lens: torch.Tensor | None) -> torch.Tensor:
+        check_tensor("queries", queries, ("B", "Lq", self.W_q.in_features))
+        batch = queries.size(0)
+        check_tensor("keys", keys, (batch, "Lk", self.W_k.in_features))
+        check_tensor("values", values, (batch, keys.size(1), self.W_v.in_features))
+        _check_valid_lens(valid_lens, batch, queries.size(1))
+        queries = transpose_qkv(self.W_q(queries), self.num_heads)  # (B*H, Lq, D)
+        keys = transpose_qkv(self.W_k(keys), self.num_heads)  # (B*H, Lk, D)
+        values = transpose_qkv(self.W_v(values), self.num_heads)  # (B*H, Lk, D)
+        if valid_lens is not None:
+            # each sample's lengths, once per head: (B,) -> (B*H,) or (B, Lq) -> (B*H, Lq)
+            valid_lens = torch.repeat_interleave(valid_lens, repeats=self.num_heads, dim=0)
+        output = self.attention(queries, keys, values, valid_lens)  # (B*H, Lq, D)
+        output_concat = transpose_output(output, self.num_heads)  # (B, Lq, H*D)
+        return self.W_o(output_concat)  # (B, Lq, num_hiddens)
+
+
+class EinsumMultiHeadAttention(nn.Module):
+    """Seed 004's multi-head attention: ``rearrange`` + ``einsum``, per-head key size
+    ``d_k`` and value size ``d_v``, then ``LayerNorm(dropout(fc(heads)) + q)``.
+
+    ``forward(q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model), mask=None)``
+    returns ``(output (B, Lq, d_model), attn (H, B, Lq, Lk))``: the seed's head-first
+    layout. ``mask`` follows the library (True = may attend, the seed's opposite):
+    ``(B, Lq, Lk)`` or ``(Lq, Lk)`` is shared by all heads, as in the seed; a 4-D mask
+    is read as ``(B, H, Lq, Lk)``. Derived in chapter 10.
+    """
+
+    def __init__(self, n_head: int, d_model: int, d_k: int, d_v: int, dropout: float = 0.1):
+        super().__init__()
+        for name, value in (("n_head", n_head), ("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
+            check_positive_int(name, value)
+        self.n_head = n_head
+        self.d_model = d_model
+        self.w_qs = nn.Linear(d_model, n_head * d_k)
+        self.w_ks = nn.Linear(d_model, n_head * d_k)
+        self.w_vs = nn.Linear(d_model, n_head * d_v)
+        nn.init.normal_(self.w_qs.weight, mean=0, std=math.sqrt(2.0 / (d_model + d_k)))
+        nn.init.normal_(self.w_ks.weight, mean=0, std=math.sqrt(2.0 / (d_model + d_k)))
+        nn.init.normal_(self.w_vs.weight, mean=0, std=math.sqrt(2.0 / (d_model + d_v)))
+        self.fc = nn.Linear(n_head * d_v, d_model)
+        nn.init.xavier_normal_(self.fc.weight)
+        self.dropout = nn.Dropout(p=dropout)
+        self.layer_norm = nn.LayerNorm(d_model)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        check_tensor("q", q, ("B", "Lq", self.d_model))
+        check_tensor("k", k, (q.size(0), "Lk", self.d_model))
+        check_tensor("v", v, (q.size(0), k.size(1), self.d_model))
+        residual = q
+        q = rearrange(self.w_qs(q), "b l (head k) -> head b l k", head=self.n_head)
+        k = rearrange(self.w_ks(k), "b t (head k) -> head b t k", head=self.n_head)
+        v = rearrange(self.w_vs(v), "b t (head v) -> head b t v", head=self.n_head)
+        attn = torch.einsum("hblk,hbtk->hblt", q, k) / math.sqrt(q.shape[-1])  # (H, B, Lq, Lk)
+        if mask is not None:
+            # (B, H, Lq, Lk) -> (H, B, Lq, Lk); a mask without a head axis serves every head
+            mask = mask.transpose(0, 1) if mask.dim() == 4 else mask[None]
+            check_mask(mask, attn.shape, "H B Lq Lk", attn.dtype)
+        attn = masked_softmax(attn, mask)  # (H, B, Lq, Lk)
+        output = torch.einsum("hblt,hbtv->hblv", attn, v)  # (H, B, Lq, d_v)
+        output = rearrange(output, "head b l v -> b l (head v)")  # (B, Lq, H*d_v)
+        output = self.dropout(self.fc(output))  # (B, Lq, d_model)
+        output = self.layer_norm(output + residual)
+        return output, attn

@@ -1,0 +1,70 @@
+"""Shared fixtures: the strictly built book, and the pages _toc.yml lists.
+
+The book is built once per pytest session, from scratch (`--all`, into a fresh
+temporary folder), so no state from earlier runs or from `make book` is reused.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+TOC = REPO / "_toc.yml"
+# The jupyter-book next to the running interpreter, i.e. the venv's.
+JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
+BUILD_TIMEOUT_S = 1800
+
+
+def toc_docnames(toc_path: Path = TOC) -> list[str]:
+    """Every page named in _toc.yml (root first, then in reading order), without suffix."""
+    toc = yaml.safe_load(toc_path.read_text(encoding="utf-8"))
+    names: list[str] = [toc["root"]]
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if "file" in node:
+                names.append(node["file"])
+            for key in ("parts", "chapters", "sections", "subtrees", "entries"):
+                walk(node.get(key))
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc)
+    # "book/intro.md" and "book/intro" both mean docname "book/intro"
+    return [str(Path(n).with_suffix("")) if Path(n).suffix in {".md", ".ipynb"} else n
+            for n in names]
+
+
+@pytest.fixture(scope="session")
+def toc_pages() -> list[str]:
+    return toc_docnames()
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the book exactly like `make book` (-W -n --keep-going --all); return the html dir.
+
+    Fails, with the whole build log, on a non-zero exit or on any WARNING in the log.
+    """
+    out = tmp_path_factory.mktemp("book")
+    cmd = [str(JUPYTER_BOOK), "build", str(REPO), "-W", "-n", "--keep-going", "--all",
+           "--path-output", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S)
+    log = f"$ {' '.join(cmd)}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+    if proc.returncode != 0:
+        pytest.fail(f"book build failed (exit code {proc.returncode}):\n{log}", pytrace=False)
+    if "WARNING" in log:
+        warnings = "\n".join(line for line in log.splitlines() if "WARNING" in line)
+        pytest.fail(f"book build logged warnings:\n{warnings}\n\nfull log:\n{log}",
+                    pytrace=False)
+    html = out / "_build" / "html"
+    if not (html / "index.html").is_file():
+        pytest.fail(f"book build produced no {html / 'index.html'}:\n{log}", pytrace=False)
+    return html

@@ -1,0 +1,205 @@
+"""Bad input fails early with a ValueError that names the argument and shows what was expected
+and what was given (shapes as tuples/lists or values)."""
+
+import re
+
+import pytest
+import torch
+
+from mha_lib import (
+    D2LMultiHeadAttention,
+    DotProductAttention,
+    MultiHeadAttention,
+    PositionalEncoding,
+    build_vocab,
+    encode,
+    split_heads,
+    transpose_qkv,
+)
+
+param = pytest.mark.parametrize
+
+
+def _dims(*dims):
+    """Regex for a shape such as (3, 4), [3, 4] or torch.Size([3, 4])."""
+    return r",\s*".join(str(d) for d in dims)
+
+
+def _mentions(excinfo, *patterns):
+    msg = str(excinfo.value)
+    for pattern in patterns:
+        assert re.search(pattern, msg), f"{pattern!r} not in message {msg!r}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Construction
+# ---------------------------------------------------------------------------------------------
+
+
+def test_d_model_not_divisible_by_num_heads():
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"d_model|num_heads") as excinfo:
+        MultiHeadAttention(10, 3)
+    _mentions(excinfo, r"\b10\b", r"\b3\b", r"d_model", r"num_heads")
+
+
+@param("num_heads", [0, -2])
+def test_num_heads_not_positive(num_heads):
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"num_heads") as excinfo:
+        MultiHeadAttention(8, num_heads)
+    _mentions(excinfo, rf"{num_heads}\b")
+
+
+# ---------------------------------------------------------------------------------------------
+# MultiHeadAttention.forward: both paths validate the same way
+# ---------------------------------------------------------------------------------------------
+
+PATHS = param("need_weights", [True, False])
+
+
+@PATHS
+def test_query_wrong_rank(need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"query") as excinfo:
+        m(torch.randn(5, 8), need_weights=need_weights)
+    # given: the 2-D shape (or its rank); expected: 3 dims (batch, length, d_model)
+    _mentions(excinfo, _dims(5, 8) + r"|\b2\b", r"\b3\b|batch|\(B\b")
+
+
+@PATHS
+def test_query_wrong_feature_size(need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"query") as excinfo:
+        m(torch.randn(2, 5, 7), need_weights=need_weights)
+    _mentions(excinfo, r"\b8\b", r"\b7\b")
+
+
+@PATHS
+def test_key_wrong_feature_size(need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2)
+    q, k = torch.randn(2, 5, 8), torch.randn(2, 5, 6)
+    with pytest.raises(ValueError, match=r"key") as excinfo:
+        m(q, k, torch.randn(2, 5, 8), need_weights=need_weights)
+    _mentions(excinfo, r"\b8\b", r"\b6\b")
+
+
+@PATHS
+def test_key_value_length_mismatch(need_weights):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2)
+    q, k, v = torch.randn(2, 4, 8), torch.randn(2, 5, 8), torch.randn(2, 6, 8)
+    with pytest.raises(ValueError, match=r"key|value") as excinfo:
+        m(q, k, v, need_weights=need_weights)
+    _mentions(excinfo, r"\b5\b", r"\b6\b")
+
+
+@PATHS
+@param(
+    "mask_shape",
+    [
+        (3, 4),  # neither (Lq, Lk)
+        (2, 1, 1, 4),  # key length 4 instead of 6
+        (3, 1, 1, 6),  # batch 3 instead of 2
+        (2, 5, 5, 6),  # 5 heads instead of 2
+    ],
+)
+def test_mask_does_not_broadcast(need_weights, mask_shape):
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 2)
+    q, kv = torch.randn(2, 5, 8), torch.randn(2, 6, 8)
+    mask = torch.ones(mask_shape, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"mask") as excinfo:
+        m(q, kv, kv, mask=mask, need_weights=need_weights)
+    # given shape, and the expected (B, H, Lq, Lk) = (2, 2, 5, 6)
+    _mentions(excinfo, _dims(*mask_shape), _dims(5, 6))
+
+
+# ---------------------------------------------------------------------------------------------
+# PositionalEncoding
+# ---------------------------------------------------------------------------------------------
+
+
+def test_positional_encoding_too_long():
+    torch.manual_seed(0)
+    pe = PositionalEncoding(8, max_len=10)
+    pe(torch.randn(1, 10, 8))  # exactly max_len is fine
+    with pytest.raises(ValueError, match=r"max_len") as excinfo:
+        pe(torch.randn(1, 12, 8))
+    _mentions(excinfo, r"\b10\b", r"\b12\b")
+
+
+def test_positional_encoding_wrong_d_model():
+    torch.manual_seed(0)
+    pe = PositionalEncoding(8, max_len=10)
+    with pytest.raises(ValueError, match=r"d_model") as excinfo:
+        pe(torch.randn(1, 5, 6))
+    _mentions(excinfo, r"\b8\b", r"\b6\b")
+
+
+# ---------------------------------------------------------------------------------------------
+# d2l-style valid_lens
+# ---------------------------------------------------------------------------------------------
+
+BAD_VALID_LENS = [
+    ((7,), r"\b7\b"),  # batch 7 instead of 2
+    ((2, 9), _dims(2, 9)),  # 9 queries instead of 4
+    ((2, 4, 1), _dims(2, 4, 1)),  # 3-D
+]
+
+
+@param("shape,given", BAD_VALID_LENS)
+def test_dot_product_attention_bad_valid_lens(shape, given):
+    torch.manual_seed(0)
+    att = DotProductAttention(0.0)
+    q, k, v = torch.randn(2, 4, 6), torch.randn(2, 5, 6), torch.randn(2, 5, 3)
+    with pytest.raises(ValueError, match=r"valid_lens") as excinfo:
+        att(q, k, v, torch.ones(shape, dtype=torch.long))
+    _mentions(excinfo, given, r"\b2\b")
+
+
+@param("shape,given", BAD_VALID_LENS)
+def test_d2l_multihead_bad_valid_lens(shape, given):
+    torch.manual_seed(0)
+    att = D2LMultiHeadAttention(5, 3, 7, 8, 2, 0.0)
+    q, k, v = torch.randn(2, 4, 3), torch.randn(2, 5, 5), torch.randn(2, 5, 7)
+    with pytest.raises(ValueError, match=r"valid_lens") as excinfo:
+        att(q, k, v, torch.ones(shape, dtype=torch.long))
+    _mentions(excinfo, given, r"\b2\b")
+
+
+# ---------------------------------------------------------------------------------------------
+# Head reshapes
+# ---------------------------------------------------------------------------------------------
+
+
+@param("fn", [split_heads, transpose_qkv])
+def test_indivisible_heads(fn):
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match=r"num_heads") as excinfo:
+        fn(torch.randn(2, 5, 10), 3)
+    _mentions(excinfo, r"\b10\b", r"\b3\b")
+
+
+# ---------------------------------------------------------------------------------------------
+# Text
+# ---------------------------------------------------------------------------------------------
+
+
+def test_encode_unknown_token():
+    torch.manual_seed(0)
+    stoi = build_vocab(["hello world"])
+    with pytest.raises(ValueError, match=r"zzz") as excinfo:
+        encode(["hello zzz"], stoi)
+    _mentions(excinfo, r"stoi|vocab|token")
+
+
+def test_encode_ragged_without_pad_id():
+    torch.manual_seed(0)
+    stoi = build_vocab(["a b c", "a"])
+    with pytest.raises(ValueError, match=r"pad_id") as excinfo:
+        encode(["a b c", "a"], stoi)
+    _mentions(excinfo, r"\b3\b|\b1\b")  # the lengths that differ

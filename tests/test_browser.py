@@ -1,0 +1,315 @@
+"""The built book, opened in a real browser (Debian's Chromium via Playwright), offline.
+
+The HTML is served on 127.0.0.1 (random free port); every request that is not to
+127.0.0.1/localhost is aborted and recorded. Every HTML page reachable from the index
+(all _toc.yml pages, plus genindex/search/_modules pages) is loaded once and checked for:
+JavaScript errors, broken images, MathJax rendering, broken internal links and anchors.
+Then the search page must find "attention", and a screenshot of the first chapter is
+written to _build/screenshots/chapter1.png.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urljoin, urlsplit
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOT = REPO / "_build" / "screenshots" / "chapter1.png"
+LAUNCH_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+MATHJAX_TIMEOUT_MS = 30_000
+SEARCH_TIMEOUT_MS = 30_000
+
+# JavaScript errors known to be harmless, as substrings of the message. Each needs a reason.
+KNOWN_HARMLESS_JS_ERRORS: dict[str, str] = {
+    # (none so far)
+}
+
+# Hidden/code text is not prose: raw TeX there is intended (e.g. a code cell printing "$$").
+VISIBLE_PROSE_TEXT_JS = r"""
+() => {
+  const skip = "PRE, CODE, SCRIPT, STYLE, TEXTAREA, NOSCRIPT, MJX-CONTAINER, MJX-ASSISTIVE-MML, MATH";
+  const out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const el = n.parentElement;
+    if (!el || el.closest(skip)) continue;
+    if (!el.getClientRects().length) continue;           // not rendered (display:none etc.)
+    const t = n.textContent;
+    if (/\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{/.test(t)) out.push(t.trim().slice(0, 120));
+  }
+  return out;
+}
+"""
+
+PAGE_FACTS_JS = r"""
+async () => {
+  // Load every image now (lazy ones included) and wait for each to settle.
+  const imgs = Array.from(document.images);
+  imgs.forEach(img => { img.loading = "eager"; });
+  await Promise.all(imgs.map(img => img.complete ? null : new Promise(r => {
+    img.addEventListener("load", r, {once: true});
+    img.addEventListener("error", r, {once: true});
+    setTimeout(r, 15000);
+  })));
+  const ids = Array.from(document.querySelectorAll("[id]"), e => e.id)
+      .concat(Array.from(document.querySelectorAll("a[name]"), e => e.getAttribute("name")));
+  const links = Array.from(document.querySelectorAll("a[href]"), a => a.href);
+  const brokenImages = imgs.filter(img => !(img.complete && img.naturalWidth > 0))
+      .map(img => img.currentSrc || img.src || img.outerHTML.slice(0, 120));
+  const math = Array.from(document.querySelectorAll("div.math, span.math"));
+  const unrendered = math.filter(m => !m.querySelector("mjx-container"))
+      .map(m => m.textContent.trim().slice(0, 120));
+  const merrors = Array.from(document.querySelectorAll("mjx-merror, merror"),
+      e => (e.getAttribute("data-mjx-error") || e.textContent).trim().slice(0, 120));
+  return {ids, links, brokenImages, mathCount: math.length,
+          mjxCount: document.querySelectorAll("mjx-container").length, unrendered, merrors};
+}
+"""
+
+
+@dataclass
+class PageReport:
+    path: str  # relative to the html root, e.g. "book/intro.html"
+    js_errors: list[str] = field(default_factory=list)
+    broken_images: list[str] = field(default_factory=list)
+    math_count: int = 0
+    mjx_count: int = 0
+    unrendered_math: list[str] = field(default_factory=list)
+    math_errors: list[str] = field(default_factory=list)
+    raw_tex: list[str] = field(default_factory=list)
+    mathjax_problem: str = ""
+    ids: set[str] = field(default_factory=set)
+    links: list[str] = field(default_factory=list)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(built_book: Path) -> Iterator[str]:
+    """Serve the built HTML on 127.0.0.1:<free port>; yield the base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(built_book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, name="book-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def blocked_requests() -> list[str]:
+    return []
+
+
+@pytest.fixture(scope="session")
+def browser_context(blocked_requests: list[str]) -> Iterator[object]:
+    if not CHROMIUM.exists():
+        reason = f"{CHROMIUM} is missing (make test installs it: apt-get install chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(30_000)
+
+        def only_loopback(route, request) -> None:  # noqa: ANN001
+            if urlsplit(request.url).hostname in LOCAL_HOSTS:
+                route.continue_()
+            else:
+                blocked_requests.append(request.url)
+                route.abort("blockedbyclient")
+
+        context.route("**/*", only_loopback)
+        try:
+            yield context
+        finally:
+            context.close()
+            browser.close()
+
+
+def _html_path(url: str, base: str) -> str | None:
+    """'book/intro.html' for a same-site URL, else None."""
+    if not url.startswith(base):
+        return None
+    path = unquote(urlsplit(url).path)[len(urlsplit(base).path):]
+    return path + "index.html" if path == "" or path.endswith("/") else path
+
+
+def _is_known_harmless(message: str) -> bool:
+    return any(known in message for known in KNOWN_HARMLESS_JS_ERRORS)
+
+
+def _visit(context, base: str, rel: str) -> PageReport:  # noqa: ANN001
+    report = PageReport(rel)
+    page = context.new_page()
+    page.on("pageerror", lambda exc: report.js_errors.append(f"uncaught: {exc}"))
+
+    def on_console(msg) -> None:  # noqa: ANN001
+        if msg.type == "error":
+            where = msg.location.get("url", "") if msg.location else ""
+            report.js_errors.append(f"console.error: {msg.text} [{where}]")
+
+    page.on("console", on_console)
+    try:
+        page.goto(base + rel, wait_until="load")
+        if page.locator("div.math, span.math").count():
+            try:
+                page.wait_for_function(
+                    "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                    timeout=MATHJAX_TIMEOUT_MS)
+                page.evaluate("() => MathJax.startup.promise.then(() => true)")
+            except Exception as exc:  # noqa: BLE001 - reported as a check failure
+                report.mathjax_problem = f"MathJax did not load/typeset: {exc}"
+        facts = page.evaluate(PAGE_FACTS_JS)
+        report.raw_tex = page.evaluate(VISIBLE_PROSE_TEXT_JS)
+    finally:
+        page.close()
+    report.ids = set(facts["ids"])
+    report.links = facts["links"]
+    report.broken_images = facts["brokenImages"]
+    report.math_count = facts["mathCount"]
+    report.mjx_count = facts["mjxCount"]
+    report.unrendered_math = facts["unrendered"]
+    report.math_errors = facts["merrors"]
+    report.js_errors = [e for e in report.js_errors if not _is_known_harmless(e)]
+    return report
+
+
+@pytest.fixture(scope="session")
+def site(server: str, browser_context, built_book: Path, toc_pages: list[str]) -> dict:  # noqa: ANN001
+    """Crawl every same-site HTML page from index.html and the _toc.yml pages; visit each once."""
+    queue = ["index.html"] + [f"{name}.html" for name in toc_pages]
+    reports: dict[str, PageReport] = {}
+    while queue:
+        rel = queue.pop(0)
+        if rel in reports or not (built_book / rel).is_file():
+            continue
+        reports[rel] = report = _visit(browser_context, server, rel)
+        for link in report.links:
+            target = _html_path(urldefrag(link).url, server)
+            if target and target.endswith(".html") and target not in reports:
+                queue.append(target)
+    return reports
+
+
+def _fail_if(problems: list[str], title: str) -> None:
+    if problems:
+        pytest.fail(f"{title} ({len(problems)}):\n  " + "\n  ".join(problems), pytrace=False)
+
+
+# --- checks ---------------------------------------------------------------------------
+
+def test_every_toc_page_was_checked(site: dict, toc_pages: list[str]) -> None:
+    missing = [f"{n}.html" for n in toc_pages if f"{n}.html" not in site]
+    _fail_if(missing, "pages in _toc.yml that the browser could not reach")
+
+
+def test_no_javascript_errors(site: dict) -> None:
+    _fail_if([f"{r.path}: {e}" for r in site.values() for e in r.js_errors],
+             "JavaScript errors (uncaught exceptions or console.error)")
+
+
+def test_no_requests_leave_the_machine(site: dict, blocked_requests: list[str]) -> None:
+    _fail_if(sorted(set(blocked_requests)),
+             "pages asked for non-local URLs (blocked; the book must work offline)")
+
+
+def test_every_image_loads(site: dict) -> None:
+    _fail_if([f"{r.path}: {src}" for r in site.values() for src in r.broken_images],
+             "images that did not load (naturalWidth == 0)")
+
+
+def test_math_renders(site: dict) -> None:
+    problems = []
+    for r in site.values():
+        if not r.math_count:
+            continue
+        if r.mathjax_problem:
+            problems.append(f"{r.path}: {r.mathjax_problem}")
+        if not r.mjx_count:
+            problems.append(f"{r.path}: {r.math_count} math elements but no <mjx-container>")
+        problems += [f"{r.path}: not typeset: {m!r}" for m in r.unrendered_math]
+        problems += [f"{r.path}: MathJax error: {m!r}" for m in r.math_errors]
+    problems += [f"{r.path}: raw TeX delimiter in visible text: {t!r}"
+                 for r in site.values() for t in r.raw_tex]
+    _fail_if(problems, "math problems")
+
+
+def test_internal_links_and_anchors_resolve(site: dict, server: str, built_book: Path) -> None:
+    problems = []
+    for r in site.values():
+        for link in r.links:
+            url, fragment = urldefrag(link)
+            target = _html_path(url, server)
+            if target is None:
+                continue  # external link: not followed (offline)
+            if not (built_book / target).is_file():
+                problems.append(f"{r.path}: link to missing file {target} ({link})")
+                continue
+            fragment = unquote(fragment)
+            if fragment and target.endswith(".html"):
+                ids = site[target].ids if target in site else set()
+                if fragment not in ids:
+                    problems.append(f"{r.path}: link to {target}#{fragment}: no such id there")
+    _fail_if(sorted(set(problems)), "broken internal links")
+
+
+def test_search_finds_attention(server: str, browser_context, site: dict) -> None:  # noqa: ANN001
+    page = browser_context.new_page()
+    try:
+        page.goto(server + "search.html?q=attention", wait_until="load")
+        results = page.locator("#search-results ul.search li")
+        try:
+            results.first.wait_for(state="attached", timeout=SEARCH_TIMEOUT_MS)
+        except Exception:  # noqa: BLE001
+            summary = page.locator("#search-results").inner_text() or "(no #search-results)"
+            pytest.fail(f'search.html?q=attention found nothing; page says: {summary!r}',
+                        pytrace=False)
+        assert results.count() > 0
+    finally:
+        page.close()
+
+
+def test_screenshot_first_chapter(server: str, browser_context, toc_pages: list[str],  # noqa: ANN001
+                                  site: dict) -> None:
+    if len(toc_pages) < 2:
+        pytest.fail("_toc.yml lists no chapter after the root page", pytrace=False)
+    chapter = f"{toc_pages[1]}.html"
+    page = browser_context.new_page()
+    try:
+        page.goto(server + chapter, wait_until="load")
+        if page.locator("div.math, span.math").count():
+            page.wait_for_function(
+                "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
+                timeout=MATHJAX_TIMEOUT_MS)
+            page.evaluate("() => MathJax.startup.promise.then(() => true)")
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOT), full_page=True)
+    finally:
+        page.close()
+    assert SCREENSHOT.is_file() and SCREENSHOT.stat().st_size > 10_000, (
+        f"screenshot of {chapter} missing or suspiciously small: {SCREENSHOT}")

@@ -1,0 +1,104 @@
+"""The book's teaching copies of library code must match the library (see tests/sync.py)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+
+import pytest
+
+import mha_lib
+from tests.sync import BOOK, code_cells, drift, find_definition, library_object, teaching_copies
+
+COPIES = teaching_copies()
+
+
+def test_the_book_has_teaching_copies():
+    # If markers stop being found (renamed, reformatted), every test below would pass
+    # on nothing: chapter 1 alone has three.
+    assert len(COPIES) >= 3, f"found only {[str(c) for c in COPIES]}"
+
+
+@pytest.mark.parametrize("copy_", COPIES, ids=str)
+def test_teaching_copy_matches_library(copy_):
+    problem = drift(copy_.source, copy_.name)
+    assert problem is None, f"{copy_}: {problem}"
+
+
+def test_every_copy_of_a_library_name_is_marked():
+    """A chapter that defines a function or class with a public library name must mark
+    the cell, or it would be an unchecked second copy."""
+    public = set(mha_lib.__all__)
+    marked = {(c.notebook, c.cell) for c in COPIES}
+    unmarked = []
+    for notebook in sorted(BOOK.rglob("*.ipynb")):
+        for i, source in code_cells(notebook):
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:  # IPython magics; such cells define no library code
+                continue
+            names = {n.name for n in ast.iter_child_nodes(tree)
+                     if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            if names & public and (notebook, i) not in marked:
+                unmarked.append(f"{notebook.name} cell {i}: {sorted(names & public)}")
+    assert not unmarked, f"unmarked copies of library code: {unmarked}"
+
+
+# --- the sync test must catch drift, and only drift ---------------------------------
+
+class _BumpFirstConstant(ast.NodeTransformer):
+    """Change the first non-docstring constant: a realistic one-token drift."""
+
+    def __init__(self):
+        self.done = False
+
+    def visit_Constant(self, node):
+        if self.done or (isinstance(node.value, str) and "\n" in node.value):
+            return node
+        if isinstance(node.value, bool) or node.value is None:
+            return node
+        self.done = True
+        value = node.value + 1 if isinstance(node.value, (int, float)) else node.value + "x"
+        return ast.copy_location(ast.Constant(value), node)
+
+
+def _mutate(source: str, name: str, how: str) -> str:
+    tree = ast.parse(source)
+    target = find_definition(tree, name.rpartition(".")[2])
+    if how == "constant":
+        mutator = _BumpFirstConstant()
+        for i, stmt in enumerate(target.body):
+            target.body[i] = mutator.visit(stmt)
+        assert mutator.done, "no constant to change"
+    elif how == "statement":
+        target.body.insert(len(target.body) - 1, ast.parse("_drift = None").body[0])
+    elif how == "cosmetic":  # not drift: other comments and formatting, no annotations
+        for node in ast.walk(target):
+            if isinstance(node, ast.arg):
+                node.annotation = None
+            if isinstance(node, ast.FunctionDef):
+                node.returns = None
+        return "# a comment\n" + ast.unparse(tree)
+    return ast.unparse(tree)
+
+
+@pytest.mark.parametrize("copy_", COPIES, ids=str)
+@pytest.mark.parametrize("how", ["constant", "statement"])
+def test_sync_catches_altered_copy(copy_, how):
+    altered = _mutate(copy_.source, copy_.name, how)
+    assert altered != copy_.source
+    assert drift(altered, copy_.name) is not None, f"{how} change to {copy_} went unnoticed"
+
+
+@pytest.mark.parametrize("copy_", COPIES, ids=str)
+def test_sync_ignores_cosmetic_changes(copy_):
+    assert drift(_mutate(copy_.source, copy_.name, "cosmetic"), copy_.name) is None
+
+
+def test_sync_catches_a_wrong_softmax_axis():
+    """The drift readers would actually make: the library's softmax over the wrong axis."""
+    source = inspect.getsource(library_object("masked_softmax"))
+    assert drift(source, "masked_softmax") is None
+    altered = source.replace("torch.softmax(x, dim=-1)", "torch.softmax(x, dim=-2)")
+    assert altered != source
+    assert drift(altered, "masked_softmax") is not None
