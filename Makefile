@@ -36,7 +36,6 @@ help:
 # Create the venv if missing, (re)install when requirements.txt or pyproject.toml change.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install -r requirements.txt
 	touch $@
 

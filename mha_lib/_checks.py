@@ -46,9 +46,15 @@ def check_tensor(
     return x
 
 
-def check_mask(mask: object, target: Sequence[int], letters: str, dtype: torch.dtype) -> torch.Tensor:
+def check_mask(mask: object, target: Sequence[int], letters: str,
+               dtype: torch.dtype) -> torch.Tensor:
     """Check that ``mask`` is bool (True = may attend) or float (added to the scores)
-    and broadcasts to ``target``, whose dimensions are named by ``letters``."""
+    and broadcasts to ``target``, whose dimensions are named by ``letters``.
+
+    A float mask of only 0s and 1s is refused: added to the scores it would mask
+    nothing, while its author (as in seeds 001 and 002, ``mask == 0`` = blocked)
+    almost surely meant a keep/drop mask, which is ``mask.bool()``.
+    """
     named = ", ".join(f"{a}={n}" for a, n in zip(letters.split(), target, strict=True))
     if not isinstance(mask, torch.Tensor):
         raise TypeError(f"mask: expected a bool or float tensor broadcastable to ({named}), "
@@ -65,6 +71,11 @@ def check_mask(mask: object, target: Sequence[int], letters: str, dtype: torch.d
     if broadcast != tuple(target):
         raise ValueError(f"mask: expected a shape broadcastable to ({named}), "
                          f"got {shape_str(mask.shape)}")
+    if mask.is_floating_point() and mask.numel() and bool(((mask == 0) | (mask == 1)).all()) \
+            and bool((mask == 1).any()):
+        raise ValueError("mask: expected a bool mask (True = may attend) or a float mask to "
+                         "add to the scores (0 = keep, -inf = block), got a float mask of only "
+                         "0s and 1s; for a keep (1) / drop (0) mask pass mask.bool()")
     return mask
 
 

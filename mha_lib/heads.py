@@ -12,27 +12,26 @@ from mha_lib._checks import check_positive_int, check_tensor
 __all__ = ["split_heads", "merge_heads", "transpose_qkv", "transpose_output"]
 
 
-def _head_dim(x: torch.Tensor, num_heads: int) -> int:
+def _check_heads(name: str, x: torch.Tensor, num_heads: int) -> None:
     check_positive_int("num_heads", num_heads)
     if x.size(-1) % num_heads:
-        raise ValueError(f"x: expected a last dimension divisible by num_heads={num_heads}, "
-                         f"got shape {tuple(x.shape)}")
-    return x.size(-1) // num_heads
+        raise ValueError(f"{name}: expected a last dimension divisible by "
+                         f"num_heads={num_heads}, got shape {tuple(x.shape)}")
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """``(B, L, H*D)`` -> ``(B, H, L, D)``: view the features as heads, then bring the
     head axis before the length axis. Derived in chapter 5."""
     check_tensor("x", x, ("B", "L", "d_model"), floating=False)
-    batch, length, _ = x.shape
-    head_dim = _head_dim(x, num_heads)
-    x = x.reshape(batch, length, num_heads, head_dim)  # (B, L, H, D), a view when x is contiguous
+    _check_heads("x", x, num_heads)
+    batch, length, d_model = x.shape
+    x = x.reshape(batch, length, num_heads, d_model // num_heads)  # (B, L, H, D); a view
     return x.transpose(1, 2)  # (B, H, L, D)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``(B, H, L, D)`` -> ``(B, L, H*D)``: the inverse of :func:`split_heads`
-    (concatenate the heads). Derived in chapter 8."""
+    (concatenate the heads). Derived in chapter 5, used in chapter 8."""
     check_tensor("x", x, ("B", "H", "L", "D"), floating=False)
     batch, num_heads, length, head_dim = x.shape
     x = x.transpose(1, 2)  # (B, L, H, D)
@@ -43,8 +42,8 @@ def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
     """d2l's ``(B, L, H*D)`` -> ``(B*H, L, D)``: heads folded into the batch, so a
     batched matmul attends every head at once. Derived in chapter 9."""
     check_tensor("X", X, ("B", "L", "num_hiddens"), floating=False)
-    head_dim = _head_dim(X, num_heads)
-    X = X.reshape(X.shape[0], X.shape[1], num_heads, head_dim)  # (B, L, H, D)
+    _check_heads("X", X, num_heads)
+    X = X.reshape(X.shape[0], X.shape[1], num_heads, -1)  # (B, L, H, D)
     X = X.permute(0, 2, 1, 3)  # (B, H, L, D)
     return X.reshape(-1, X.shape[2], X.shape[3])  # (B*H, L, D)
 

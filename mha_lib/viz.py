@@ -19,7 +19,8 @@ def heatmap(weights: torch.Tensor, x_labels: Sequence[str] | None = None,
     """Draw a 2-D tensor ``(Lq, Lk)``: rows are queries, columns keys. Returns the image."""
     weights = weights.detach().float().cpu()
     if weights.dim() != 2:
-        raise ValueError(f"weights: expected a 2-D tensor (Lq, Lk), got shape {tuple(weights.shape)}")
+        raise ValueError(f"weights: expected a 2-D tensor (Lq, Lk), "
+                         f"got shape {tuple(weights.shape)}")
     ax = ax if ax is not None else plt.gca()
     image = ax.imshow(weights.numpy(), cmap=cmap, vmin=vmin, vmax=vmax)
     if x_labels is not None:
@@ -39,7 +40,8 @@ def heatmaps(weights: torch.Tensor, x_labels: Sequence[str] | None = None,
     """One heat map per head of ``(H, Lq, Lk)`` weights, side by side. Returns the figure."""
     weights = weights.detach()
     if weights.dim() != 3:
-        raise ValueError(f"weights: expected a 3-D tensor (H, Lq, Lk), got shape {tuple(weights.shape)}")
+        raise ValueError(f"weights: expected a 3-D tensor (H, Lq, Lk), "
+                         f"got shape {tuple(weights.shape)}")
     num = weights.size(0)
     fig, axes = plt.subplots(1, num, figsize=(3.2 * num, 3.4), squeeze=False, layout="constrained")
     for h, ax in enumerate(axes[0]):

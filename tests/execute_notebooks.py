@@ -24,6 +24,7 @@ import nbformat
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
+from traitlets import default
 
 REPO = Path(__file__).resolve().parent.parent
 BOOK = REPO / "book"
@@ -49,6 +50,26 @@ class CurrentEnvKernelSpecs(KernelSpecManager):
         )
 
 
+class CurrentEnvKernelManager(AsyncKernelManager):
+    @default("kernel_spec_manager")
+    def _current_env_kernel_specs(self) -> KernelSpecManager:
+        return CurrentEnvKernelSpecs()
+
+
+def coalesce_streams(outputs: list) -> list:
+    """Merge consecutive outputs of the same stream: how print()s are split into
+    messages depends on timing, what they print does not."""
+    merged: list = []
+    for out in outputs:
+        last = merged[-1] if merged else None
+        if (last is not None and out.get("output_type") == "stream"
+                and last.get("output_type") == "stream" and last.get("name") == out.get("name")):
+            last["text"] = "".join(last["text"]) + "".join(out["text"])
+        else:
+            merged.append(out)
+    return merged
+
+
 def normalise(nb: nbformat.NotebookNode) -> None:
     """Strip volatile metadata and renumber execution counts from 1, in place."""
     for key in VOLATILE_NB_METADATA:
@@ -60,6 +81,8 @@ def normalise(nb: nbformat.NotebookNode) -> None:
     }
     count = 0
     for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = coalesce_streams(cell.get("outputs") or [])
         for key in VOLATILE_CELL_METADATA:
             cell.metadata.pop(key, None)
         if cell.cell_type != "code":
@@ -77,10 +100,9 @@ def normalise(nb: nbformat.NotebookNode) -> None:
 
 def execute(path: Path, timeout: int, kernel_name: str) -> None:
     nb = nbformat.read(path, as_version=4)
-    km = AsyncKernelManager(kernel_name=kernel_name, kernel_spec_manager=CurrentEnvKernelSpecs())
     client = NotebookClient(
         nb,
-        km=km,
+        kernel_manager_class=CurrentEnvKernelManager,  # client owns it: shut down afterwards
         timeout=timeout,
         kernel_name=kernel_name,
         resources={"metadata": {"path": str(path.parent)}},  # cwd = notebook's folder

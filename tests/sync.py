@@ -9,8 +9,8 @@ The cell's ``def tokenize`` (or ``class``) must then be, in logic, the library's
 ``mha_lib.tokenize``. "In logic" means the two syntax trees are equal once we drop what
 does not change behaviour: docstrings, comments, formatting, type annotations, and the
 input checks (``check_*(...)`` calls and ``if ...: raise`` guards directly in the
-body), which a chapter may leave out to keep the idea in view. Anything else (a constant, an operator, an axis, a
-statement) is drift, and :func:`drift` reports it.
+body), which a chapter may leave out to keep the idea in view. Anything else (a
+constant, an operator, an axis, a statement) is drift, and :func:`drift` reports it.
 """
 
 from __future__ import annotations

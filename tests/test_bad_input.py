@@ -21,8 +21,8 @@ param = pytest.mark.parametrize
 
 
 def _dims(*dims):
-    """Regex for a shape such as (3, 4), [3, 4] or torch.Size([3, 4])."""
-    return r",\s*".join(str(d) for d in dims)
+    """Regex for a shape such as (3, 4), [3, 4], torch.Size([3, 4]) or (Lq=3, Lk=4)."""
+    return r",\s*(?:\w+=)?".join(str(d) for d in dims)
 
 
 def _mentions(excinfo, *patterns):
@@ -135,7 +135,7 @@ def test_positional_encoding_too_long():
 def test_positional_encoding_wrong_d_model():
     torch.manual_seed(0)
     pe = PositionalEncoding(8, max_len=10)
-    with pytest.raises(ValueError, match=r"d_model") as excinfo:
+    with pytest.raises(ValueError, match=r"\bx\b|d_model") as excinfo:  # forward(x)
         pe(torch.randn(1, 5, 6))
     _mentions(excinfo, r"\b8\b", r"\b6\b")
 
@@ -203,3 +203,19 @@ def test_encode_ragged_without_pad_id():
     with pytest.raises(ValueError, match=r"pad_id") as excinfo:
         encode(["a b c", "a"], stoi)
     _mentions(excinfo, r"\b3\b|\b1\b")  # the lengths that differ
+
+
+@param("need_weights", [True, False])
+def test_float_keep_drop_mask_is_refused(need_weights):
+    """Seeds 001/002 pass 1/0 float masks meaning keep/drop; added to the scores such a
+    mask would block nothing, silently. The library says so and names the fix."""
+    mha = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 5, 8)
+    with pytest.raises(ValueError) as excinfo:
+        mha(x, mask=torch.tril(torch.ones(5, 5)), need_weights=need_weights)
+    _mentions(excinfo, r"^mask:", r"bool", r"0s and 1s", r"mask\.bool\(\)")
+    # a genuine additive mask of 0 and -inf is accepted, and equals the bool form
+    additive = torch.zeros(5, 5).masked_fill(~torch.ones(5, 5).tril().bool(), float("-inf"))
+    out_float, _ = mha(x, mask=additive, need_weights=need_weights)
+    out_bool, _ = mha(x, mask=torch.ones(5, 5).tril().bool(), need_weights=need_weights)
+    torch.testing.assert_close(out_float, out_bool)

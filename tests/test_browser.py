@@ -1,9 +1,10 @@
 """The built book, opened in a real browser (Debian's Chromium via Playwright), offline.
 
 The HTML is served on 127.0.0.1 (random free port); every request that is not to
-127.0.0.1/localhost is aborted and recorded. Every HTML page reachable from the index
-(all _toc.yml pages, plus genindex/search/_modules pages) is loaded once and checked for:
-JavaScript errors, broken images, MathJax rendering, broken internal links and anchors.
+127.0.0.1/localhost is aborted and recorded. Every HTML page of the build (the _toc.yml
+pages, genindex, search, _modules/..., and whatever they link to) is loaded once and
+checked for: JavaScript errors, broken images, MathJax rendering, broken internal links
+and anchors, and requests that would leave the machine.
 Then the search page must find "attention", and a screenshot of the first chapter is
 written to _build/screenshots/chapter1.png.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,20 +33,33 @@ LAUNCH_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+# Jupyter Book's index.html is only a <meta http-equiv="Refresh"> to the root page.
+META_REFRESH = re.compile(
+    r"""<meta[^>]+http-equiv=["']?refresh["']?[^>]+content=["']?\d+\s*;\s*url=([^"'>\s]+)""",
+    re.IGNORECASE,
+)
 MATHJAX_TIMEOUT_MS = 30_000
 SEARCH_TIMEOUT_MS = 30_000
 
 # JavaScript errors known to be harmless, as substrings of the message. Each needs a reason.
 KNOWN_HARMLESS_JS_ERRORS: dict[str, str] = {
-    # (none so far)
+    # Sphinx 7.4 writes inline scripts that extensions add after Builder.init() twice (once
+    # as filename None, once as ""; see sphinx/builders/html/__init__.py prepare_writing).
+    # sphinx-thebe's inline `const THEBE_JS_URL = ...` line is one of them, so the second,
+    # identical copy throws a SyntaxError. The first copy already set the same values, and
+    # thebe is not enabled (launch_buttons.thebe is off), so nothing on the page breaks.
+    "Identifier 'THEBE_JS_URL' has already been declared":
+        "duplicate sphinx-thebe inline config script (Sphinx 7.4 asset bug)",
 }
 
 # Hidden/code text is not prose: raw TeX there is intended (e.g. a code cell printing "$$").
 VISIBLE_PROSE_TEXT_JS = r"""
 () => {
-  const skip = "PRE, CODE, SCRIPT, STYLE, TEXTAREA, NOSCRIPT, MJX-CONTAINER, MJX-ASSISTIVE-MML, MATH";
+  const skip = "PRE, CODE, SCRIPT, STYLE, TEXTAREA, NOSCRIPT, MJX-CONTAINER, "
+             + "MJX-ASSISTIVE-MML, MATH";
   const out = [];
-  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const root = document.body || document.documentElement;
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   for (let n = walker.nextNode(); n; n = walker.nextNode()) {
     const el = n.parentElement;
     if (!el || el.closest(skip)) continue;
@@ -85,6 +100,7 @@ async () => {
 @dataclass
 class PageReport:
     path: str  # relative to the html root, e.g. "book/intro.html"
+    redirect: bool = False  # a meta-refresh stub: only its target link is checked
     js_errors: list[str] = field(default_factory=list)
     broken_images: list[str] = field(default_factory=list)
     math_count: int = 0
@@ -102,7 +118,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def server(built_book: Path) -> Iterator[str]:
     """Serve the built HTML on 127.0.0.1:<free port>; yield the base URL."""
     handler = functools.partial(_QuietHandler, directory=str(built_book))
@@ -117,18 +133,27 @@ def server(built_book: Path) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def blocked_requests() -> list[str]:
     return []
 
 
-@pytest.fixture(scope="session")
-def browser_context(blocked_requests: list[str]) -> Iterator[object]:
+def _under_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chromium_available() -> None:
+    """Autouse + session scope: checked before the (session-scoped) book build."""
     if not CHROMIUM.exists():
         reason = f"{CHROMIUM} is missing (make test installs it: apt-get install chromium)"
-        if os.environ.get("CI"):
+        if _under_ci():
             pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser_context(blocked_requests: list[str]) -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
@@ -199,16 +224,26 @@ def _visit(context, base: str, rel: str) -> PageReport:  # noqa: ANN001
     return report
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def site(server: str, browser_context, built_book: Path, toc_pages: list[str]) -> dict:  # noqa: ANN001
-    """Crawl every same-site HTML page from index.html and the _toc.yml pages; visit each once."""
-    queue = ["index.html"] + [f"{name}.html" for name in toc_pages]
+    """Visit every HTML page of the build once: the _toc.yml pages, every other .html file
+    (genindex, search, _modules/...) and anything reachable from them by same-site links."""
+    every_html = sorted(
+        p.relative_to(built_book).as_posix() for p in built_book.rglob("*.html")
+        if not p.relative_to(built_book).parts[0].startswith(("_static", "_sources"))
+    )
+    queue = ["index.html"] + [f"{name}.html" for name in toc_pages] + every_html
     reports: dict[str, PageReport] = {}
     while queue:
         rel = queue.pop(0)
         if rel in reports or not (built_book / rel).is_file():
             continue
-        reports[rel] = report = _visit(browser_context, server, rel)
+        refresh = META_REFRESH.search((built_book / rel).read_text(encoding="utf-8"))
+        if refresh:
+            target = urljoin(server + rel, refresh.group(1))
+            reports[rel] = report = PageReport(rel, redirect=True, links=[target])
+        else:
+            reports[rel] = report = _visit(browser_context, server, rel)
         for link in report.links:
             target = _html_path(urldefrag(link).url, server)
             if target and target.endswith(".html") and target not in reports:
@@ -307,6 +342,8 @@ def test_screenshot_first_chapter(server: str, browser_context, toc_pages: list[
                 "() => window.MathJax && MathJax.startup && MathJax.startup.promise",
                 timeout=MATHJAX_TIMEOUT_MS)
             page.evaluate("() => MathJax.startup.promise.then(() => true)")
+        page.evaluate("() => document.fonts.ready.then(() => true)")
+        page.wait_for_timeout(1000)  # let the theme's sidebar/scroll transitions settle
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOT), full_page=True)
     finally:

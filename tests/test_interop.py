@@ -49,7 +49,7 @@ def _lib_mask(kind, valid, lq, lk):
     return mask
 
 
-@param("d_model,num_heads", CONFIGS)
+@param("d_model,num_heads", [(8, 2), (12, 3)])
 @param("bias", [True, False])
 @param("mask_kind", ["none", "padding", "causal", "both"])
 @param("lq,lk", [(5, 5), (3, 6), (6, 4)])

@@ -219,7 +219,7 @@ def test_gradcheck_sdpa(mask_kind):
     elif mask_kind == "float":
         mask = torch.randn(2, 3, 5, dtype=torch.float64)
     assert torch.autograd.gradcheck(
-        lambda a, b, c: scaled_dot_product_attention(a, b, c, mask=mask), (q, k, v)
+        lambda a, b, c: scaled_dot_product_attention(a, b, c, mask=mask), (q, k, v), fast_mode=True
     )
 
 
@@ -235,7 +235,7 @@ def test_gradcheck_multihead(need_weights, masked):
     def f(a, b):
         return m(a, b, b, mask=mask, need_weights=need_weights)[0]
 
-    assert torch.autograd.gradcheck(f, (q, kv))
+    assert torch.autograd.gradcheck(f, (q, kv), fast_mode=True)
 
 
 def test_gradients_reach_all_parameters():
@@ -370,13 +370,29 @@ def test_masked_softmax_float_mask(dtype):
 
 
 def test_masked_softmax_half_computed_in_float32():
-    """Large half scores would overflow exp() without the float32 upcast."""
+    """Half scores plus a half float mask overflow to inf (then NaN) without the float32
+    upcast: 60000 + 10000 > 65504, the float16 maximum."""
     torch.manual_seed(0)
-    scores = torch.tensor([[60000.0, 59968.0, -60000.0]], dtype=torch.float16)
-    w = masked_softmax(scores)
+    scores = torch.tensor([[60000.0, 0.0, -60000.0]], dtype=torch.float16)
+    add = torch.tensor([[10000.0, 0.0, 0.0]], dtype=torch.float16)
+    w = masked_softmax(scores, add)
     assert w.dtype == torch.float16
-    expected = torch.softmax(scores.float(), -1).half()
-    assert_close(w, expected)
+    assert_close(w, torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float16))
+    assert_close(masked_softmax(scores), torch.softmax(scores.float(), -1).half())
+
+
+@param("dtype", [torch.float16, torch.bfloat16])
+def test_sdpa_half_large_scores_do_not_overflow(dtype):
+    """q.k = 4 * 300 * 300 = 360000 overflows float16; the scores are formed in float32."""
+    torch.manual_seed(0)
+    q = torch.full((1, 2, 4), 300.0, dtype=dtype)
+    k = torch.full((1, 3, 4), 300.0, dtype=dtype)
+    v = torch.randn(1, 3, 5).to(dtype)
+    out, w = scaled_dot_product_attention(q, k, v)
+    assert out.dtype == dtype and w.dtype == dtype
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    assert_close(w.float(), torch.full((1, 2, 3), 1 / 3), **HALF_TOL[dtype])
+    assert_close(out.float(), v.float().mean(1, keepdim=True).expand(1, 2, 5), **HALF_TOL[dtype])
 
 
 def _fully_masked_setup(dtype, kind):

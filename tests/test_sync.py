@@ -46,30 +46,43 @@ def test_every_copy_of_a_library_name_is_marked():
 
 # --- the sync test must catch drift, and only drift ---------------------------------
 
-class _BumpFirstConstant(ast.NodeTransformer):
-    """Change the first non-docstring constant: a realistic one-token drift."""
+class _ChangeOneToken(ast.NodeTransformer):
+    """A realistic one-token drift: the first constant (not a docstring) or, in code
+    without constants, the first binary operator."""
 
-    def __init__(self):
-        self.done = False
+    SWAP = {ast.Add: ast.Sub, ast.Sub: ast.BitOr, ast.Mult: ast.Div, ast.Div: ast.Mult,
+            ast.MatMult: ast.Mult, ast.BitOr: ast.BitAnd, ast.BitAnd: ast.BitOr}
 
-    def visit_Constant(self, node):
-        if self.done or (isinstance(node.value, str) and "\n" in node.value):
+    def __init__(self, kind):
+        self.kind, self.done = kind, False
+
+    def visit_Constant(self, node):  # noqa: N802 (ast visitor API)
+        if self.done or self.kind != "constant" or isinstance(node.value, (bool, type(None))):
             return node
-        if isinstance(node.value, bool) or node.value is None:
+        if isinstance(node.value, str) and "\n" in node.value:
             return node
         self.done = True
         value = node.value + 1 if isinstance(node.value, (int, float)) else node.value + "x"
         return ast.copy_location(ast.Constant(value), node)
 
+    def visit_BinOp(self, node):  # noqa: N802
+        self.generic_visit(node)
+        if not self.done and self.kind == "operator" and type(node.op) in self.SWAP:
+            self.done = True
+            node.op = self.SWAP[type(node.op)]()
+        return node
+
 
 def _mutate(source: str, name: str, how: str) -> str:
     tree = ast.parse(source)
     target = find_definition(tree, name.rpartition(".")[2])
-    if how == "constant":
-        mutator = _BumpFirstConstant()
-        for i, stmt in enumerate(target.body):
-            target.body[i] = mutator.visit(stmt)
-        assert mutator.done, "no constant to change"
+    if how == "token":
+        for kind in ("constant", "operator"):
+            mutator = _ChangeOneToken(kind)
+            target.body = [mutator.visit(stmt) for stmt in target.body]
+            if mutator.done:
+                break
+        assert mutator.done, "no constant or operator to change"
     elif how == "statement":
         target.body.insert(len(target.body) - 1, ast.parse("_drift = None").body[0])
     elif how == "cosmetic":  # not drift: other comments and formatting, no annotations
@@ -83,7 +96,7 @@ def _mutate(source: str, name: str, how: str) -> str:
 
 
 @pytest.mark.parametrize("copy_", COPIES, ids=str)
-@pytest.mark.parametrize("how", ["constant", "statement"])
+@pytest.mark.parametrize("how", ["token", "statement"])
 def test_sync_catches_altered_copy(copy_, how):
     altered = _mutate(copy_.source, copy_.name, how)
     assert altered != copy_.source

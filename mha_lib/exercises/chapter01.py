@@ -1,48 +1,15 @@
-"""Checkers for the exercises at the end of each chapter.
-
-Each ``check_*`` function takes the reader's answer and returns a :class:`Verdict`,
-which prints as a one-line "Correct" or a hint about what is wrong; ``bool(verdict)``
-says whether the answer is right. The checkers compare against the library, so a
-correct answer is one that agrees with ``mha_lib``.
-"""
+"""Checkers for chapter 1's exercises (tokens, vocabulary, padding)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
+from mha_lib.exercises.verdict import SENTENCES, Verdict, compare
 from mha_lib.text import build_vocab, encode, tokenize
 
-__all__ = ["Verdict", "check_tokenizer", "check_vocab", "check_padded_batch", "SENTENCES"]
-
-# The running example of the book (seed 001): three sentences of six tokens each.
-SENTENCES = [
-    "I wonder what will come next!",
-    "This is a basic example paragraph.",
-    "Hello, what is a basic split?",
-]
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of a check: ``ok`` and a message for the reader."""
-
-    ok: bool
-    message: str
-
-    def __bool__(self) -> bool:
-        return self.ok
-
-    def __repr__(self) -> str:
-        return ("Correct: " if self.ok else "Not yet: ") + self.message
-
-
-def _compare(name: str, given: object, expected: object, success: str) -> Verdict:
-    if given == expected:
-        return Verdict(True, success)
-    return Verdict(False, f"{name} should be {expected!r}, got {given!r}")
+__all__ = ["check_tokenizer", "check_vocab", "check_padded_batch", "strip_all_punctuation"]
 
 
 def strip_all_punctuation(text: str) -> list[str]:
@@ -57,7 +24,7 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
             given = fn(text)
         except Exception as error:  # the reader's code: report, do not crash the notebook
             return Verdict(False, f"fn({text!r}) raised {type(error).__name__}: {error}")
-        verdict = _compare(f"fn({text!r})", given, strip_all_punctuation(text), "")
+        verdict = compare(f"fn({text!r})", given, strip_all_punctuation(text), "")
         if not verdict:
             return verdict
     return Verdict(True, "commas are gone and everything else is as tokenize() does it")
@@ -73,7 +40,7 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
     missing = sorted(set(expected) - set(stoi))
     if missing:
         return Verdict(False, f"tokens missing from stoi: {missing}")
-    return _compare("stoi", stoi, expected, f"{len(expected)} entries, <pad> first, then sorted")
+    return compare("stoi", stoi, expected, f"{len(expected)} entries, <pad> first, then sorted")
 
 
 def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:

@@ -1,0 +1,102 @@
+"""Checkers for the exercises at the end of each chapter.
+
+Each ``check_*`` function takes the reader's answer and returns a
+:class:`~mha_lib.exercises.verdict.Verdict`, which prints as ``Correct: ...`` or
+``Not yet: ...`` with a hint; ``bool(verdict)`` says whether the answer is right.
+A checker compares with the library, so a correct answer is one that agrees with
+``mha_lib``. One module per chapter (``chapter01``, ``chapter02``, ...); every checker
+is also importable from here.
+"""
+
+from mha_lib.exercises.chapter01 import (
+    check_padded_batch,
+    check_tokenizer,
+    check_vocab,
+)
+from mha_lib.exercises.chapter02 import (
+    check_embedding_parameters,
+    check_onehot_embedding,
+    check_padding_embedding,
+)
+from mha_lib.exercises.chapter03 import (
+    check_shift_matrix,
+    check_sinusoidal,
+)
+from mha_lib.exercises.chapter04 import (
+    check_fused_projection,
+    check_projection,
+    check_projection_parameters,
+)
+from mha_lib.exercises.chapter05 import (
+    check_head_columns,
+    check_merge_heads,
+    check_split_heads,
+)
+from mha_lib.exercises.chapter06 import (
+    check_attention,
+    check_softmax_jacobian,
+    check_temperature,
+)
+from mha_lib.exercises.chapter07 import (
+    check_decoder_mask,
+    check_padding_mask,
+    check_safe_softmax,
+)
+from mha_lib.exercises.chapter08 import (
+    check_concat_heads,
+    check_masked_self_attention,
+    check_num_parameters,
+)
+from mha_lib.exercises.chapter09 import (
+    check_d2l_to_mha,
+    check_repeat_lens,
+    check_unfold_weights,
+)
+from mha_lib.exercises.chapter10 import (
+    check_einsum_num_parameters,
+    check_einsum_scores,
+    check_seed_mask,
+)
+from mha_lib.exercises.chapter11 import (
+    check_sdpa_attention,
+    check_to_torch,
+    check_torch_masks,
+)
+from mha_lib.exercises.verdict import SENTENCES, Verdict
+
+__all__ = [
+    "Verdict",
+    "SENTENCES",
+    "check_tokenizer",
+    "check_vocab",
+    "check_padded_batch",
+    "check_onehot_embedding",
+    "check_padding_embedding",
+    "check_embedding_parameters",
+    "check_sinusoidal",
+    "check_shift_matrix",
+    "check_projection",
+    "check_fused_projection",
+    "check_projection_parameters",
+    "check_split_heads",
+    "check_merge_heads",
+    "check_head_columns",
+    "check_attention",
+    "check_temperature",
+    "check_softmax_jacobian",
+    "check_padding_mask",
+    "check_decoder_mask",
+    "check_safe_softmax",
+    "check_concat_heads",
+    "check_masked_self_attention",
+    "check_num_parameters",
+    "check_repeat_lens",
+    "check_unfold_weights",
+    "check_d2l_to_mha",
+    "check_einsum_scores",
+    "check_seed_mask",
+    "check_einsum_num_parameters",
+    "check_to_torch",
+    "check_torch_masks",
+    "check_sdpa_attention",
+]

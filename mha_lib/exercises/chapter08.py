@@ -1,0 +1,76 @@
+"""Checkers for chapter 8's exercises (concatenating heads, the full module)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.heads import merge_heads
+from mha_lib.masks import causal_mask, padding_mask
+from mha_lib.mha import MultiHeadAttention
+
+__all__ = ["check_concat_heads", "check_masked_self_attention", "check_num_parameters"]
+
+
+def check_concat_heads(fn: Callable[[list[torch.Tensor]], torch.Tensor]) -> Verdict:
+    """Exercise 8.1: ``fn(heads)`` takes a list of ``H`` per-head outputs, each
+    ``(B, L, D)``, and concatenates them into ``(B, L, H*D)`` like :func:`merge_heads`."""
+    generator = torch.Generator().manual_seed(8)
+    for batch, heads, length, head_dim in ((3, 4, 6, 2), (2, 3, 5, 4), (1, 1, 2, 3)):
+        x = torch.randn(batch, heads, length, head_dim, generator=generator)  # (B, H, L, D)
+        per_head = list(x.unbind(dim=1))  # H x (B, L, D)
+        try:
+            given = fn(per_head)
+        except Exception as error:  # the reader's code: report, do not crash the notebook
+            return Verdict(False, f"fn({heads} heads of shape {(batch, length, head_dim)}) "
+                                  f"raised {type(error).__name__}: {error}")
+        verdict = close(f"fn({heads} heads of shape {(batch, length, head_dim)})", given,
+                        merge_heads(x), "", atol=0.0, rtol=0.0)
+        if not verdict:
+            return verdict
+    return Verdict(True, "head h fills features h*D to (h+1)*D of every token, as merge_heads does")
+
+
+def check_masked_self_attention(mha: MultiHeadAttention, x: torch.Tensor,
+                                output: torch.Tensor) -> Verdict:
+    """Exercise 8.2: ``output`` is ``mha``'s self-attention over ``x`` ``(3, 6, d_model)``
+    where sentence ``b`` has ``[6, 4, 3][b]`` real tokens and no token sees its future."""
+    if not isinstance(mha, MultiHeadAttention):
+        return Verdict(False, f"mha should be a mha_lib.MultiHeadAttention, "
+                              f"got {type(mha).__name__}")
+    if not isinstance(x, torch.Tensor) or tuple(x.shape) != (3, 6, mha.d_model):
+        return Verdict(False, f"x should be the running example of shape (3, 6, {mha.d_model})")
+    mask = padding_mask(torch.tensor([6, 4, 3]), 6) & causal_mask(6)  # (B, 1, Lq, Lk)
+    with torch.no_grad():
+        expected, _ = mha(x, mask=mask)
+        only_padding, _ = mha(x, mask=padding_mask(torch.tensor([6, 4, 3]), 6))
+        only_causal, _ = mha(x, mask=causal_mask(6))
+    if isinstance(output, torch.Tensor) and output.shape == expected.shape:
+        if torch.allclose(output.detach(), only_padding, atol=1e-5, rtol=1e-5):
+            return Verdict(False, "this is the padding mask alone: tokens still see their future")
+        if torch.allclose(output.detach(), only_causal, atol=1e-5, rtol=1e-5):
+            return Verdict(False, "this is the causal mask alone: padded keys are still attended")
+    return close("output", output, expected,
+                 "padding AND causal: each token sees the real tokens up to itself")
+
+
+def check_num_parameters(fn: Callable[[int, int, bool], int]) -> Verdict:
+    """Exercise 8.3: ``fn(d_model, num_heads, bias)`` is the number of parameters of
+    ``MultiHeadAttention(d_model, num_heads, bias=bias)``."""
+    for d_model, num_heads, bias in ((8, 4, True), (8, 2, True), (512, 8, True),
+                                     (512, 8, False), (768, 12, True), (96, 1, False)):
+        with torch.device("meta"):  # shapes only: no memory, no use of the random state
+            module = MultiHeadAttention(d_model, num_heads, bias=bias)
+        expected = sum(p.numel() for p in module.parameters())
+        try:
+            given = fn(d_model, num_heads, bias)
+        except Exception as error:  # the reader's code: report, do not crash the notebook
+            return Verdict(False, f"fn({d_model}, {num_heads}, {bias}) raised "
+                                  f"{type(error).__name__}: {error}")
+        if given != expected:
+            return Verdict(False, f"fn({d_model}, {num_heads}, {bias}) should be {expected:,}, "
+                                  f"got {given!r}")
+    return Verdict(True, "4 * (d_model**2 + d_model) with bias, 4 * d_model**2 without: "
+                         "the number of heads does not change it")

@@ -1,0 +1,55 @@
+"""What every checker returns, and the book's running example."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Verdict", "compare", "close", "SENTENCES"]
+
+# The running example of the book (seed 001): three sentences of six tokens each.
+SENTENCES = [
+    "I wonder what will come next!",
+    "This is a basic example paragraph.",
+    "Hello, what is a basic split?",
+]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of a check: ``ok`` and a message for the reader.
+
+    Prints as ``Correct: ...`` or ``Not yet: ...``; ``bool(verdict)`` is ``ok``.
+    """
+
+    ok: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:
+        return ("Correct: " if self.ok else "Not yet: ") + self.message
+
+
+def compare(name: str, given: object, expected: object, success: str) -> Verdict:
+    """Equality check of plain Python values."""
+    if given == expected:
+        return Verdict(True, success)
+    return Verdict(False, f"{name} should be {expected!r}, got {given!r}")
+
+
+def close(name: str, given: object, expected: torch.Tensor, success: str,
+          atol: float = 1e-5, rtol: float = 1e-5) -> Verdict:
+    """Tensor check: type, shape, then values within tolerance."""
+    if not isinstance(given, torch.Tensor):
+        return Verdict(False, f"{name} should be a tensor, got {type(given).__name__}")
+    if given.shape != expected.shape:
+        return Verdict(False, f"{name} should have shape {tuple(expected.shape)}, "
+                              f"got {tuple(given.shape)}")
+    if not torch.allclose(given.detach().to(expected.dtype), expected, atol=atol, rtol=rtol):
+        worst = (given.detach().to(expected.dtype) - expected).abs().max().item()
+        return Verdict(False, f"{name} has the right shape but different values "
+                              f"(largest difference {worst:.3g})")
+    return Verdict(True, success)
