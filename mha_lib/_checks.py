@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_tensor", "check_mask", "check_positive_int", "shape_str"]
+__all__ = ["check_tensor", "check_mask", "check_positive_int", "check_probability",
+           "check_dtype", "shape_str"]
 
 
 def shape_str(shape: Sequence[int | str]) -> str:
@@ -63,7 +64,8 @@ def check_mask(mask: object, target: Sequence[int], letters: str,
         raise TypeError(f"mask: expected dtype torch.bool (True = may attend) or a floating "
                         f"dtype (added to the scores), got {mask.dtype}")
     if mask.is_floating_point() and mask.dtype != dtype:
-        raise TypeError(f"mask: a float mask must have the scores' dtype {dtype}, got {mask.dtype}")
+        raise TypeError(f"mask: expected a float mask in the scores' dtype {dtype}, "
+                        f"got {mask.dtype}")
     try:
         broadcast = torch.broadcast_shapes(tuple(mask.shape), tuple(target))
     except RuntimeError:
@@ -83,3 +85,17 @@ def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
     return value
+
+
+def check_probability(name: str, value: object) -> float:
+    """A dropout probability: a number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ValueError(f"{name}: expected a probability in [0, 1], got {value!r}")
+    return value
+
+
+def check_dtype(name: str, x: torch.Tensor, dtype: torch.dtype, whose: str) -> torch.Tensor:
+    """``x.dtype == dtype``; ``whose`` says where ``dtype`` comes from, e.g. "the query's"."""
+    if x.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} ({whose}), got {x.dtype}")
+    return x

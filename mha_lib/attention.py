@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from numbers import Real
 
 import torch
 
@@ -31,9 +32,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
     Fully masked rows give all-zero weights, never NaN. Half-precision scores are
     normalised in float32 and returned in their own dtype. Derived in chapter 7.
     """
+    _check_scores(scores)
     if mask is not None:
-        check_mask(mask, scores.shape, " ".join(["..."] * (scores.dim() - 2) + ["Lq", "Lk"]),
-                   scores.dtype)
+        check_mask(mask, scores.shape, _letters(scores), scores.dtype)
     x = scores.float() if scores.dtype in _HALF else scores
     if mask is None:
         return torch.softmax(x, dim=-1).to(scores.dtype)
@@ -64,6 +65,7 @@ def scaled_dot_product_attention(
     ``scale`` defaults to ``1 / sqrt(D)``. Derived in chapter 6.
     """
     _check_qkv(query, key, value)
+    _check_options(mask, dropout, scale)
     # Half inputs: scores in float32, so large dot products cannot overflow.
     q, k = (query.float(), key.float()) if query.dtype in _HALF else (query, key)
     scores = q @ k.transpose(-2, -1)  # (..., Lq, D) @ (..., D, Lk) -> (..., Lq, Lk)
@@ -77,7 +79,27 @@ def scaled_dot_product_attention(
 
 
 def _letters(scores: torch.Tensor) -> str:
-    return " ".join(["..."] * (scores.dim() - 2) + ["Lq", "Lk"])
+    return " ".join((["..."] * (scores.dim() - 2) + ["Lq", "Lk"])[-scores.dim():])
+
+
+def _check_scores(scores: torch.Tensor) -> None:
+    if not isinstance(scores, torch.Tensor):
+        raise TypeError(f"scores: expected a torch.Tensor (..., Lq, Lk), "
+                        f"got {type(scores).__name__}")
+    if scores.dim() == 0:
+        raise ValueError("scores: expected at least 1 dim (..., Lk), got a 0-D tensor")
+    if not scores.is_floating_point():
+        raise TypeError(f"scores: expected a floating-point tensor, got dtype {scores.dtype}")
+
+
+def _check_options(mask: object, dropout: object, scale: object) -> None:
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask: expected a bool or float tensor, got {type(mask).__name__}")
+    if dropout is not None and not callable(dropout):
+        raise TypeError(f"dropout: expected a callable applied to the weights (e.g. "
+                        f"nn.Dropout(p)) or None, got {dropout!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
+        raise TypeError(f"scale: expected a float or None, got {scale!r}")
 
 
 def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
@@ -91,9 +113,18 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
             raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
         if x.dtype != query.dtype:
             raise TypeError(f"{name}: expected dtype {query.dtype} (the query's), got {x.dtype}")
+    if query.size(-1) == 0:
+        raise ValueError(f"query: expected a feature dim D >= 1 (the scale is 1/sqrt(D)), "
+                         f"got shape {tuple(query.shape)}")
     if key.size(-1) != query.size(-1):
         raise ValueError(f"key: expected last dim D={query.size(-1)} (the query's), "
                          f"got shape {tuple(key.shape)}")
     if value.size(-2) != key.size(-2):
         raise ValueError(f"value: expected Lk={key.size(-2)} rows (the key's length), "
                          f"got shape {tuple(value.shape)}")
+    for name, x in (("key", key), ("value", value)):  # leading dims (batch, heads) broadcast
+        try:
+            torch.broadcast_shapes(query.shape[:-2], x.shape[:-2])
+        except RuntimeError:
+            raise ValueError(f"{name}: expected leading dims that broadcast with the query's "
+                             f"{tuple(query.shape[:-2])}, got shape {tuple(x.shape)}") from None

@@ -43,9 +43,9 @@ def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
     batched matmul attends every head at once. Derived in chapter 9."""
     check_tensor("X", X, ("B", "L", "num_hiddens"), floating=False)
     _check_heads("X", X, num_heads)
-    X = X.reshape(X.shape[0], X.shape[1], num_heads, -1)  # (B, L, H, D)
+    X = X.reshape(X.shape[0], X.shape[1], num_heads, X.shape[2] // num_heads)  # (B, L, H, D)
     X = X.permute(0, 2, 1, 3)  # (B, H, L, D)
-    return X.reshape(-1, X.shape[2], X.shape[3])  # (B*H, L, D)
+    return X.reshape(X.shape[0] * num_heads, X.shape[2], X.shape[3])  # (B*H, L, D)
 
 
 def transpose_output(X: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -56,6 +56,8 @@ def transpose_output(X: torch.Tensor, num_heads: int) -> torch.Tensor:
     if X.shape[0] % num_heads:
         raise ValueError(f"X: expected a first dimension B*H divisible by num_heads={num_heads}, "
                          f"got shape {tuple(X.shape)}")
+    if X.numel() == 0:  # reshape(-1, ...) (d2l's code, chapter 9) cannot infer B from no data
+        raise ValueError(f"X: expected a non-empty (B*H, L, D) tensor, got shape {tuple(X.shape)}")
     X = X.reshape(-1, num_heads, X.shape[1], X.shape[2])  # (B, H, L, D)
     X = X.permute(0, 2, 1, 3)  # (B, L, H, D)
     return X.reshape(X.shape[0], X.shape[1], -1)  # (B, L, H*D)

@@ -20,6 +20,10 @@ def to_torch_mha(m: MultiHeadAttention) -> nn.MultiheadAttention:
     device, dtype and train/eval mode. Derived in chapter 11."""
     if not isinstance(m, MultiHeadAttention):
         raise TypeError(f"m: expected a mha_lib.MultiHeadAttention, got {type(m).__name__}")
+    if m.num_kv_heads != m.num_heads:
+        raise ValueError(f"m: expected one key/value head per query head (nn.MultiheadAttention "
+                         f"has no grouped-query form), got num_kv_heads={m.num_kv_heads} for "
+                         f"num_heads={m.num_heads}")
     weight = m.q_proj.weight
     t = nn.MultiheadAttention(m.d_model, m.num_heads, dropout=m.dropout,
                               bias=m.q_proj.bias is not None, batch_first=True,

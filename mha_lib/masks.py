@@ -44,10 +44,15 @@ def padding_mask(valid_lens: torch.Tensor, max_len: int | None = None) -> torch.
                          f"got shape {tuple(valid_lens.shape)}")
     if valid_lens.is_complex() or valid_lens.dtype == torch.bool:
         raise TypeError(f"valid_lens: expected an integer or float tensor, got {valid_lens.dtype}")
+    if valid_lens.numel() and bool((valid_lens < 0).any()):
+        raise ValueError(f"valid_lens: expected lengths >= 0, got a length of {valid_lens.min()}")
     if max_len is None:
         max_len = int(valid_lens.max()) if valid_lens.numel() else 0
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
         raise ValueError(f"max_len: expected a non-negative int, got {max_len!r}")
+    if valid_lens.numel() and bool((valid_lens > max_len).any()):
+        raise ValueError(f"valid_lens: expected lengths <= max_len={max_len} (the number of "
+                         f"keys), got a length of {valid_lens.max()}")
     positions = torch.arange(max_len, device=valid_lens.device)  # (Lk,)
     mask = positions < valid_lens.unsqueeze(-1)  # (B, Lk) or (B, Lq, Lk)
     if valid_lens.dim() == 1:

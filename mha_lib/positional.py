@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import check_positive_int, check_probability, check_tensor
 
 __all__ = ["sinusoidal_encoding", "PositionalEncoding"]
 
@@ -44,6 +44,7 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
         super().__init__()
         check_positive_int("max_len", max_len)
+        check_probability("dropout", dropout)
         self.d_model = d_model
         self.max_len = max_len
         self.dropout = nn.Dropout(p=dropout)

@@ -6,6 +6,7 @@ Shape legend: B - batch (sentences), L - length (tokens).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from numbers import Integral
 
 import torch
 
@@ -18,6 +19,8 @@ def tokenize(text: str) -> list[str]:
     Seed 001's tokenizer, kept as it is: a comma stays glued to its word
     (``"Hello,"`` -> ``"hello,"``). Derived in chapter 1.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected a str, got {type(text).__name__}")
     for punctuation in ["!", ".", "?"]:
         text = text.replace(punctuation, "")
     return [token.lower() for token in text.split(" ")]
@@ -29,6 +32,8 @@ def build_vocab(texts: Iterable[str], specials: Sequence[str] = ()) -> dict[str,
 
     With no specials this is seed 001's ``stoi``. Derived in chapter 1.
     """
+    _check_texts("texts", texts)
+    _check_texts("specials", specials)
     tokens = sorted({token for text in texts for token in tokenize(text)} - set(specials))
     return {token: i for i, token in enumerate([*specials, *tokens])}
 
@@ -46,6 +51,12 @@ def encode(
     """
     if isinstance(texts, str):
         texts = [texts]
+    _check_texts("texts", texts)
+    if not isinstance(stoi, Mapping):
+        raise TypeError(f"stoi: expected a mapping token -> id (e.g. from build_vocab), "
+                        f"got {type(stoi).__name__}")
+    if pad_id is not None and (isinstance(pad_id, bool) or not isinstance(pad_id, Integral)):
+        raise TypeError(f"pad_id: expected an int id or None, got {pad_id!r}")
     rows = []
     for text in texts:
         row = []
@@ -55,6 +66,7 @@ def encode(
                                  f"(from {text!r}), which is not")
             row.append(stoi[token])
         rows.append(row)
+    _check_ids(rows)
     lengths = [len(row) for row in rows]
     longest = max(lengths, default=0)
     if pad_id is None and len(set(lengths)) > 1:
@@ -62,3 +74,26 @@ def encode(
                          f"lengths {lengths}; got None")
     ids = [row + [pad_id] * (longest - len(row)) for row in rows]
     return torch.tensor(ids, dtype=torch.long).reshape(len(rows), longest), torch.tensor(lengths)
+
+
+def _check_texts(name: str, texts: object) -> None:
+    """``texts`` (or ``specials``) must be a collection of str, not one str: iterating a
+    str would silently give its characters."""
+    if isinstance(texts, str):
+        raise TypeError(f"{name}: expected a list of str, got a str ({texts!r}); "
+                        f"for just one, pass [{texts!r}]")
+    if not isinstance(texts, Iterable):
+        raise TypeError(f"{name}: expected a list of str, got {type(texts).__name__}")
+    if isinstance(texts, Sequence):  # never consume a one-shot iterator here
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"{name}: expected a list of str, got {type(text).__name__} "
+                                f"{text!r} at index {i}")
+
+
+def _check_ids(rows: list[list[object]]) -> None:
+    for row in rows:
+        for token_id in row:
+            if isinstance(token_id, bool) or not isinstance(token_id, Integral):
+                raise TypeError(f"stoi: expected int ids, got {token_id!r} "
+                                f"({type(token_id).__name__})")

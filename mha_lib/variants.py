@@ -20,7 +20,13 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from mha_lib._checks import check_mask, check_positive_int, check_tensor
+from mha_lib._checks import (
+    check_dtype,
+    check_mask,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+)
 from mha_lib.attention import masked_softmax
 from mha_lib.heads import transpose_output, transpose_qkv
 from mha_lib.masks import padding_mask
@@ -50,6 +56,7 @@ class DotProductAttention(nn.Module):
 
     def __init__(self, dropout: float):
         super().__init__()
+        check_probability("dropout", dropout)
         self.dropout = nn.Dropout(dropout)
         self.attention_weights: torch.Tensor | None = None
 
@@ -59,6 +66,8 @@ class DotProductAttention(nn.Module):
         batch, q_len, d = queries.shape
         check_tensor("keys", keys, (batch, "Lk", d))
         check_tensor("values", values, (batch, keys.size(1), "Dv"))
+        check_dtype("keys", keys, queries.dtype, "the queries'")
+        check_dtype("values", values, queries.dtype, "the queries'")
         _check_valid_lens(valid_lens, batch, q_len)
         scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)  # (B, Lq, Lk)
         mask = None
@@ -81,6 +90,9 @@ class D2LMultiHeadAttention(nn.Module):
     def __init__(self, key_size: int, query_size: int, value_size: int, num_hiddens: int,
                  num_heads: int, dropout: float, bias: bool = False):
         super().__init__()
+        for name, size in (("key_size", key_size), ("query_size", query_size),
+                           ("value_size", value_size), ("num_hiddens", num_hiddens)):
+            check_positive_int(name, size)
         check_positive_int("num_heads", num_heads)
         if num_hiddens % num_heads:
             raise ValueError(f"num_heads: expected a divisor of num_hiddens={num_hiddens}, "
@@ -98,6 +110,12 @@ class D2LMultiHeadAttention(nn.Module):
         batch = queries.size(0)
         check_tensor("keys", keys, (batch, "Lk", self.W_k.in_features))
         check_tensor("values", values, (batch, keys.size(1), self.W_v.in_features))
+        for name, x, proj in (("queries", queries, self.W_q), ("keys", keys, self.W_k),
+                              ("values", values, self.W_v)):
+            check_dtype(name, x, proj.weight.dtype, "the module's parameters")
+        if queries.numel() == 0:  # transpose_output, as d2l wrote it, cannot unfold no rows
+            raise ValueError(f"queries: expected at least one sample and one query, "
+                             f"got shape {tuple(queries.shape)}")
         _check_valid_lens(valid_lens, batch, queries.size(1))
         queries = transpose_qkv(self.W_q(queries), self.num_heads)  # (B*H, Lq, D)
         keys = transpose_qkv(self.W_k(keys), self.num_heads)  # (B*H, Lk, D)
@@ -125,6 +143,7 @@ class EinsumMultiHeadAttention(nn.Module):
         super().__init__()
         for name, value in (("n_head", n_head), ("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
             check_positive_int(name, value)
+        check_probability("dropout", dropout)
         self.n_head = n_head
         self.d_model = d_model
         self.w_qs = nn.Linear(d_model, n_head * d_k)
@@ -143,6 +162,10 @@ class EinsumMultiHeadAttention(nn.Module):
         check_tensor("q", q, ("B", "Lq", self.d_model))
         check_tensor("k", k, (q.size(0), "Lk", self.d_model))
         check_tensor("v", v, (q.size(0), k.size(1), self.d_model))
+        for name, x, proj in (("q", q, self.w_qs), ("k", k, self.w_ks), ("v", v, self.w_vs)):
+            check_dtype(name, x, proj.weight.dtype, "the module's parameters")
+        if mask is not None and not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask: expected a bool or float tensor, got {type(mask).__name__}")
         residual = q
         q = rearrange(self.w_qs(q), "b l (head k) -> head b l k", head=self.n_head)
         k = rearrange(self.w_ks(k), "b t (head k) -> head b t k", head=self.n_head)
@@ -150,8 +173,12 @@ class EinsumMultiHeadAttention(nn.Module):
         attn = torch.einsum("hblk,hbtk->hblt", q, k) / math.sqrt(q.shape[-1])  # (H, B, Lq, Lk)
         if mask is not None:
             # (B, H, Lq, Lk) -> (H, B, Lq, Lk); a mask without a head axis serves every head
+            head, batch, q_len, k_len = attn.shape
+            if mask.dim() == 4:
+                check_mask(mask, (batch, head, q_len, k_len), "B H Lq Lk", attn.dtype)
+            else:
+                check_mask(mask, (batch, q_len, k_len), "B Lq Lk", attn.dtype)
             mask = mask.transpose(0, 1) if mask.dim() == 4 else mask[None]
-            check_mask(mask, attn.shape, "H B Lq Lk", attn.dtype)
         attn = masked_softmax(attn, mask)  # (H, B, Lq, Lk)
         output = torch.einsum("hblt,hbtv->hblv", attn, v)  # (H, B, Lq, d_v)
         output = rearrange(output, "head b l v -> b l (head v)")  # (B, Lq, H*d_v)
