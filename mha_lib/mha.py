@@ -1,7 +1,7 @@
 """The multi-head attention module the book builds (chapter 8).
 
 Shape legend: B - batch, Lq/Lk - query/key length, H - heads, D - head dim,
-d_model = H * D.
+d_model = H * D, H_kv - key/value heads (= H here; fewer in ``gqa``).
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha_lib._checks import check_mask, check_positive_int, check_tensor
+from mha_lib._checks import check_dtype, check_mask, check_positive_int, check_tensor
 from mha_lib.attention import scaled_dot_product_attention
+from mha_lib.cache import KVCache, LayerCache
 from mha_lib.heads import merge_heads, split_heads
 
 __all__ = ["MultiHeadAttention"]
@@ -31,6 +32,10 @@ class MultiHeadAttention(nn.Module):
     weights; ``need_weights=False`` runs PyTorch's fused
     ``F.scaled_dot_product_attention`` and returns ``None`` for the weights. Both
     give the same output. Derived in chapter 8.
+
+    ``cache`` (keyword, a :class:`~mha_lib.cache.KVCache` or one of its layers) is for
+    decoding: the new keys and values are appended to it and the queries attend to all
+    cached positions (``mask`` then covers ``Lk = L_past + Lk_new``). Chapter 13.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -40,11 +45,13 @@ class MultiHeadAttention(nn.Module):
         if d_model % num_heads:
             raise ValueError(f"num_heads: expected a divisor of d_model={d_model}, "
                              f"got num_heads={num_heads}")
-        if not 0.0 <= dropout < 1.0:
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
+                or not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
+        self.num_kv_heads = num_heads  # heads of K and V: fewer in GroupedQueryAttention
         self.dropout = dropout
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -59,31 +66,43 @@ class MultiHeadAttention(nn.Module):
         value: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
+        *,
+        cache: KVCache | LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         key = query if key is None else key
         value = key if value is None else value
-        self._check_inputs(query, key, value, mask)
-        if need_weights:
-            q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, D)
-            k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, Lk, D)
-            v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, Lk, D)
-            out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
-        else:
-            out, weights = self._fused_attention(query, key, value, mask), None
-        return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
-
-    def _fused_attention(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                         mask: torch.Tensor | None) -> torch.Tensor:
-        """The same attention on PyTorch's fused kernel: ``(B, H, Lq, D)``."""
-        if key is query and value is query:  # self-attention: one matmul makes Q, K and V
-            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
-            bias = None
-            if self.q_proj.bias is not None:
-                bias = torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias])
-            q, k, v = F.linear(query, weight, bias).chunk(3, dim=-1)  # 3 x (B, L, d_model)
+        self._check_inputs(query, key, value, mask, cache)
+        if not need_weights and cache is None and key is query and value is query:
+            q, k, v = self._fused_projection(query)  # self-attention: one matmul for Q, K, V
         else:
             q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
-        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, H, L, D)
+        q = split_heads(q, self.num_heads)  # (B, H, Lq, D)
+        k = split_heads(k, self.num_kv_heads)  # (B, H_kv, Lk, D)
+        v = split_heads(v, self.num_kv_heads)  # (B, H_kv, Lk, D)
+        if cache is not None:  # decoding (chapter 13): append, then attend to all positions
+            k, v = cache.update(k, v)  # (B, H_kv, L_past + Lk, D)
+        k, v = self._expand_kv(k), self._expand_kv(v)  # (B, H, Lk, D)
+        if need_weights:
+            out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
+        else:
+            out, weights = self._fused_attention(q, k, v, mask), None
+        return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
+
+    def _expand_kv(self, x: torch.Tensor) -> torch.Tensor:
+        """One key/value head per query head: nothing to do. ``GroupedQueryAttention``
+        (chapter 13) overrides this to share each key/value head among several."""
+        return x
+
+    def _fused_projection(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Q, K and V of ``x`` ``(B, L, d_model)`` with one matmul on the stacked weights."""
+        layers = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([layer.weight for layer in layers])
+        bias = None if self.q_proj.bias is None else torch.cat([layer.bias for layer in layers])
+        return F.linear(x, weight, bias).split([layer.out_features for layer in layers], dim=-1)
+
+    def _fused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         mask: torch.Tensor | None) -> torch.Tensor:
+        """The same attention on PyTorch's fused kernel: ``(B, H, Lq, D)``."""
         dropout_p = self.dropout if self.training else 0.0
         if mask is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
@@ -99,13 +118,20 @@ class MultiHeadAttention(nn.Module):
         return out.masked_fill(empty, 0.0)  # (B, H, Lq, D)
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      mask: torch.Tensor | None) -> None:
+                      mask: torch.Tensor | None, cache: KVCache | LayerCache | None) -> None:
         check_tensor("query", query, ("B", "Lq", self.d_model))
         batch = query.size(0)
         check_tensor("key", key, (batch, "Lk", self.d_model))
         check_tensor("value", value, (batch, key.size(1), self.d_model))
+        check_dtype("query", query, self.q_proj.weight.dtype, "the module's parameters")
+        check_dtype("key", key, query.dtype, "the query's")
+        check_dtype("value", value, query.dtype, "the query's")
+        if cache is not None and not isinstance(cache, (KVCache, LayerCache)):
+            raise TypeError(f"cache: expected a KVCache or one of its layers, "
+                            f"got {type(cache).__name__}")
         if mask is not None:
-            check_mask(mask, (batch, self.num_heads, query.size(1), key.size(1)),
+            k_len = key.size(1) + (0 if cache is None else cache.length)
+            check_mask(mask, (batch, self.num_heads, query.size(1), k_len),
                        "B H Lq Lk", query.dtype)
 
     def extra_repr(self) -> str:
