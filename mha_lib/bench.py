@@ -20,6 +20,8 @@ allocator's peak counter, on CPU from the profiler's allocation events.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import statistics
 import sys
 import time
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from mha_lib.interop import to_torch_mha
 from mha_lib.mha import MultiHeadAttention
@@ -49,7 +52,8 @@ class Result:
 
 
 def _implementations(d_model: int, num_heads: int, device: str, dtype: torch.dtype,
-                     compile_: bool) -> dict[str, Callable[[torch.Tensor], torch.Tensor]]:
+                     compile_: bool
+                     ) -> tuple[dict[str, Callable[[torch.Tensor], torch.Tensor]], list[nn.Module]]:
     ours = MultiHeadAttention(d_model, num_heads).to(device=device, dtype=dtype)
     reference = to_torch_mha(ours)
     impls = {
@@ -60,8 +64,7 @@ def _implementations(d_model: int, num_heads: int, device: str, dtype: torch.dty
     if compile_:
         compiled = torch.compile(lambda x: ours(x, need_weights=False)[0])
         impls["compiled"] = compiled
-    impls["_modules"] = (ours, reference)  # type: ignore[assignment]
-    return impls
+    return impls, [ours, reference]
 
 
 def _step(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, mode: str) -> None:
@@ -77,6 +80,22 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2: the CPU profiler writes log lines straight to it,
+    past Python's sys.stderr (and so into notebook outputs)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def peak_memory(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
     """Peak memory (MiB) allocated during one forward + backward of ``fn(x)``, beyond
     what was allocated before it."""
@@ -89,7 +108,7 @@ def peak_memory(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
         return (torch.cuda.max_memory_allocated() - before) / 2**20
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn(x).sum().backward()
     # Every event's own allocations (+) and frees (-), in time order: the running sum
     # is the memory held at each moment, and its maximum the peak.
@@ -105,17 +124,22 @@ def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512, num_he
               dtype: torch.dtype = torch.float32, device: str = "cpu", rounds: int = 7,
               repeat: int = 1, warmup: int = 2, modes: Sequence[str] = MODES,
               compile_: bool = False, memory: bool = True, progress: bool = True) -> Result:
-    """Interleaved timing of every implementation at every length; medians of ``rounds``."""
+    """Interleaved timing of every implementation at every length; medians of ``rounds``.
+
+    ``rounds=0`` skips the timing (memory only)."""
     torch.manual_seed(0)
-    impls = _implementations(d_model, num_heads, device, dtype, compile_)
-    impls.pop("_modules")
+    impls, modules = _implementations(d_model, num_heads, device, dtype, compile_)
     names = list(impls)
     result = Result(list(lengths))
-    total = len(lengths) * len(modes) * (warmup + rounds)
+    if rounds == 0:
+        modes, warmup = (), 0
+    total = max(1, len(lengths) * len(modes) * (warmup + rounds))
     done = 0
     for length in lengths:
         x = torch.randn(batch, length, d_model, device=device, dtype=dtype)
         for mode in modes:
+            for module in modules:  # eval for "fwd": nn.MultiheadAttention's fast path
+                module.train(mode == "train")
             xm = x.requires_grad_(mode == "train")
             samples: dict[str, list[float]] = {name: [] for name in names}
             for r in range(warmup + rounds):
@@ -134,6 +158,8 @@ def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512, num_he
             for name in names:
                 result.times[name, mode, length] = statistics.median(samples[name])
         if memory:
+            for module in modules:
+                module.train()
             for name in names:
                 xg = x.detach().requires_grad_(True)
                 result.memory[name, length] = peak_memory(impls[name], xg)
@@ -149,13 +175,14 @@ def _progress(done: int, total: int, label: str, width: int = 30) -> None:
 
 
 def format_table(result: Result) -> str:
-    names = sorted({name for name, _, _ in result.times}, key=_order)
+    names = sorted({key[0] for key in [*result.times, *result.memory]}, key=_order)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
-    lines = []
+    lines: list[str] = []
     header = f"{'L':>6} {'mode':>5} " + " ".join(f"{n + ' ms':>13}" for n in names) + " " + \
         " ".join(f"{n + '/torch':>15}" for n in names if n != "torch")
-    lines.append(header)
-    for length in result.lengths:
+    if result.times:
+        lines.append(header)
+    for length in result.lengths if result.times else []:
         for mode in modes:
             row = f"{length:>6} {mode:>5} "
             row += " ".join(f"{result.times[n, mode, length]:>13.2f}" for n in names) + " "
@@ -163,7 +190,8 @@ def format_table(result: Result) -> str:
                             for n in names if n != "torch")
             lines.append(row)
     if result.memory:
-        lines.append("")
+        if lines:
+            lines.append("")
         lines.append(f"{'L':>6} " + " ".join(f"{n + ' MiB':>13}" for n in names) +
                      f" {'fused/explicit':>15}")
         for length in result.lengths:
@@ -178,16 +206,13 @@ def _order(name: str) -> int:
 
 
 def plot(result: Result, path: str) -> None:
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: no window, no change of backend
 
-    matplotlib.use("Agg")  # a script, not a notebook: write the file, open no window
-    import matplotlib.pyplot as plt
-
-    names = sorted({name for name, _, _ in result.times}, key=_order)
+    names = sorted({key[0] for key in [*result.times, *result.memory]}, key=_order)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
     panels = len(modes) + bool(result.memory)
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), layout="constrained")
-    axes = [axes] if panels == 1 else list(axes)
+    fig = Figure(figsize=(5 * panels, 4), layout="constrained")
+    axes = list(fig.subplots(1, panels, squeeze=False)[0])
     for ax, mode in zip(axes, modes, strict=False):
         for name in names:
             ax.plot(result.lengths, [result.times[name, mode, n] for n in result.lengths],
@@ -215,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> Result:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (1 gives steadier numbers on a busy machine)")
     parser.add_argument("--rounds", type=int, default=7, help="timed rounds; the median is kept")
     parser.add_argument("--repeat", type=int, default=1, help="calls per timed sample")
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)

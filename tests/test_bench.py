@@ -1,0 +1,51 @@
+"""The benchmark runs end to end on tiny sizes and measures what it claims.
+
+No speed is asserted here (timings in unit tests are noise); memory is deterministic
+enough: the explicit path keeps the (B, H, L, L) weights, the fused path does not.
+"""
+
+import pytest
+import torch
+
+from mha_lib import MultiHeadAttention
+from mha_lib.bench import Result, benchmark, format_table, main, peak_memory
+
+
+def test_benchmark_times_every_implementation_and_mode():
+    result = benchmark([16, 32], batch=1, d_model=16, num_heads=2, rounds=1, warmup=0,
+                       memory=False, progress=False)
+    assert set(result.times) == {(impl, mode, n) for impl in ("explicit", "fused", "torch")
+                                 for mode in ("fwd", "train") for n in (16, 32)}
+    assert all(t > 0 for t in result.times.values())
+    table = format_table(result)
+    assert "fused/torch" in table and len(table.splitlines()) == 1 + 2 * 2
+
+
+def test_peak_memory_sees_the_quadratic_weights():
+    torch.manual_seed(0)
+    batch, length, d_model, heads = 2, 256, 32, 4
+    mha = MultiHeadAttention(d_model, heads)
+    x = torch.randn(batch, length, d_model, requires_grad=True)
+    weights_mib = batch * heads * length * length * 4 / 2**20  # one (B, H, L, L) float32
+    explicit = peak_memory(lambda t: mha(t, need_weights=True)[0], x)
+    fused = peak_memory(lambda t: mha(t, need_weights=False)[0], x)
+    assert explicit >= weights_mib, (explicit, weights_mib)
+    assert fused < weights_mib / 2, (fused, weights_mib)
+
+
+def test_memory_only_run_and_ratio():
+    result = benchmark([64], batch=1, d_model=16, num_heads=2, rounds=0, progress=False)
+    assert result.times == {}
+    assert result.memory["fused", 64] < result.memory["explicit", 64]
+    assert "fused/explicit" in format_table(result)
+
+
+def test_cli_prints_table_and_saves_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "bench.png"
+    result = main(["--lengths", "16", "--batch", "1", "--d-model", "16", "--heads", "2",
+                   "--rounds", "1", "--no-memory", "--plot", str(plot)])
+    assert isinstance(result, Result)
+    out = capsys.readouterr().out
+    assert "fused/torch" in out and "plot saved" in out
+    assert plot.stat().st_size > 1000
