@@ -3,10 +3,17 @@ and every page of _toc.yml comes out as HTML."""
 
 from __future__ import annotations
 
+import inspect
+import posixpath
 import re
 from pathlib import Path
 
 import pytest
+import torch
+import yaml
+from bs4 import BeautifulSoup  # ships with the book's theme (pydata-sphinx-theme)
+
+import mha_lib
 
 pytestmark = pytest.mark.book
 
@@ -57,3 +64,146 @@ def test_api_pages_document_mha_lib(built_book: Path, toc_pages: list[str]) -> N
         html = (built_book / f"{name}.html").read_text(encoding="utf-8")
         entries = re.findall(r'<dt class="sig sig-object py" id="(mha_lib\.[^"]+)"', html)
         assert entries, f"{name}.html uses autodoc but documents no mha_lib object"
+
+
+# --- API reference ----------------------------------------------------------------------
+
+API_PAGE = "book/appendix_b_api"
+
+
+def _soup(path: Path) -> BeautifulSoup:
+    return BeautifulSoup(path.read_text(encoding="utf-8"), "html.parser")
+
+
+def _public_names() -> list[str]:
+    return list(mha_lib.__all__)
+
+
+@pytest.fixture(scope="module")
+def api_soup(built_book: Path, toc_pages: list[str]) -> BeautifulSoup:
+    assert API_PAGE in toc_pages, f"the API reference {API_PAGE} is not in _toc.yml"
+    return _soup(built_book / f"{API_PAGE}.html")
+
+
+def _params(obj: object) -> list[str]:
+    """The parameters a rendered signature shows (classes: __init__'s, without self)."""
+    return [name for name in inspect.signature(obj).parameters if name != "self"]
+
+
+@pytest.mark.parametrize("name", _public_names())
+def test_api_page_documents_every_public_name(api_soup: BeautifulSoup, name: str) -> None:
+    """`mha_lib.<name>` has an autodoc entry with a rendered signature and a docstring."""
+    obj = getattr(mha_lib, name)
+    dt = api_soup.find("dt", id=f"mha_lib.{name}")
+    assert dt is not None, (
+        f"mha_lib.{name} is in mha_lib.__all__ but not documented in {API_PAGE}.md "
+        f"(add `.. autofunction:: mha_lib.{name}` or `.. autoclass::` there)")
+    assert "sig" in dt.get("class", []), f"mha_lib.{name}: not a rendered signature: {dt}"
+    sig_name = dt.select_one("span.sig-name")
+    assert sig_name is not None and sig_name.get_text(strip=True) == name
+    # A rendered signature has its parentheses and one <em class="sig-param"> per parameter.
+    assert len(dt.select("span.sig-paren")) == 2, f"mha_lib.{name}: signature has no (...)"
+    shown = [em.select_one("span.n").get_text(strip=True) if em.select_one("span.n")
+             else em.get_text(strip=True) for em in dt.select("em.sig-param")]
+    shown = [p for p in shown if p not in ("*", "/")]
+    assert shown == _params(obj), f"mha_lib.{name}: signature shows {shown}"
+    dd = dt.find_next_sibling("dd")
+    assert dd is not None and len(dd.get_text(strip=True)) > 20, (
+        f"mha_lib.{name}: no docstring on the API page")
+
+
+@pytest.mark.parametrize("name", [n for n in _public_names() if n[0].isupper()])
+def test_api_page_documents_forward_of_every_module(api_soup: BeautifulSoup, name: str) -> None:
+    """nn.Module classes show the `forward` they define with its signature (the call readers
+    make); a subclass that inherits it from another mha_lib class is documented there."""
+    obj = getattr(mha_lib, name)
+    if not (isinstance(obj, type) and issubclass(obj, torch.nn.Module)):
+        pytest.skip(f"{name} is not an nn.Module")
+    if "forward" not in vars(obj):
+        pytest.skip(f"{name} inherits forward from {obj.__mro__[1].__name__}")
+    dt = api_soup.find("dt", id=f"mha_lib.{name}.forward")
+    assert dt is not None, (
+        f"mha_lib.{name}.forward is not documented in {API_PAGE}.md "
+        "(add `:members: forward` and `:undoc-members:` under its autoclass)")
+    shown = [em.select_one("span.n").get_text(strip=True) for em in dt.select("em.sig-param")
+             if em.select_one("span.n")]
+    assert shown == _params(obj.forward), f"{name}.forward signature shows {shown}"
+
+
+def test_api_page_has_no_unrendered_directives(api_soup: BeautifulSoup) -> None:
+    text = api_soup.select_one("article, main, body").get_text(" ")
+    leaked = re.findall(r"(?:\.\. |\{)(?:auto\w+|eval-rst)\b[^\n]{0,60}", text)
+    assert not leaked, f"directives shown as text on {API_PAGE}: {leaked}"
+
+
+# --- launch and download buttons ----------------------------------------------------------
+
+def _config() -> dict:
+    return yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
+
+
+def _notebook_pages(toc_pages: list[str]) -> list[str]:
+    return [n for n in toc_pages if (src := source_of(n)) is not None and src.suffix == ".ipynb"]
+
+
+def test_launch_buttons_point_at_repository_url(built_book: Path, toc_pages: list[str]) -> None:
+    """Every notebook page has Colab and Binder buttons and a .ipynb download, all built from
+    repository.url (+ branch) in _config.yml; no page links another repository."""
+    config = _config()
+    repo_url = config["repository"]["url"].rstrip("/")
+    branch = config["repository"].get("branch", "main")
+    owner_repo = repo_url.removeprefix("https://github.com/")
+    book_path = (config["repository"].get("path_to_book") or "").strip("/")
+    colab = config["launch_buttons"]["colab_url"].rstrip("/")
+    binder = config["launch_buttons"]["binderhub_url"].rstrip("/")
+    pages = _notebook_pages(toc_pages)
+    assert len(pages) >= 11, f"expected the chapter notebooks among {toc_pages}"
+    problems = []
+    for name in pages:
+        in_repo = f"{book_path}/{name}.ipynb" if book_path else f"{name}.ipynb"
+        soup = _soup(built_book / f"{name}.html")
+        hrefs = [a["href"] for a in soup.select("a[href]")]
+        want = {
+            "Colab": f"{colab}/github/{owner_repo}/blob/{branch}/{in_repo}",
+            "Binder": f"{binder}/v2/gh/{owner_repo}/{branch}?urlpath=tree/{in_repo}",
+            "repository": repo_url,
+        }
+        for what, url in want.items():
+            if url not in hrefs:
+                problems.append(f"{name}.html: no {what} button to {url}")
+        for href in hrefs:
+            if ("github.com/" in href or "colab.research" in href or "mybinder" in href) \
+                    and owner_repo not in href:
+                problems.append(f"{name}.html: launch/repository link elsewhere: {href}")
+        downloads = [a["href"] for a in soup.select("a.btn-download-source-button[href]")]
+        if not any(d.endswith(f"_sources/{name}.ipynb") for d in downloads):
+            problems.append(f"{name}.html: no .ipynb download button (found {downloads})")
+        else:
+            built = built_book / "_sources" / f"{name}.ipynb"
+            if not built.is_file() or built.read_bytes() != source_of(name).read_bytes():
+                problems.append(f"{name}.html: the downloadable .ipynb is not {name}.ipynb")
+    assert not problems, "\n".join(problems)
+
+
+def test_landing_page_links_every_page(built_book: Path, toc_pages: list[str]) -> None:
+    """The roadmap on the root page links every page of the book (chapters, appendices)."""
+    root = toc_pages[0]
+    soup = _soup(built_book / f"{root}.html")
+    article = soup.select_one("article") or soup
+    root_dir = posixpath.dirname(root)
+    linked = set()
+    for a in article.select("a[href]"):
+        href = a["href"].split("#")[0]
+        if href.endswith(".html") and "://" not in href:
+            linked.add(posixpath.normpath(posixpath.join(root_dir, href)).removesuffix(".html"))
+    missing = [n for n in toc_pages[1:] if n not in linked]
+    assert not missing, f"{root} does not link these pages of _toc.yml: {missing}"
+
+
+def test_landing_page_states_the_pinned_torch() -> None:
+    """The introduction says which torch the outputs were verified with: the pinned one."""
+    pins = re.findall(r"^torch==([\w.+]+)\s*$", (REPO / "requirements.txt").read_text(),
+                      re.MULTILINE)
+    assert len(pins) == 1, f"requirements.txt should pin torch exactly once, found {pins}"
+    intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
+    assert f"torch {pins[0]}" in intro, f"book/intro.md does not name torch {pins[0]}"

@@ -4,7 +4,8 @@ The HTML is served on 127.0.0.1 (random free port); every request that is not to
 127.0.0.1/localhost is aborted and recorded. Every HTML page of the build (the _toc.yml
 pages, genindex, search, _modules/..., and whatever they link to) is loaded once and
 checked for: JavaScript errors, broken images, MathJax rendering, broken internal links
-and anchors, and requests that would leave the machine.
+and anchors, and requests that would leave the machine. Pages added to _toc.yml later are
+covered without changing this file.
 Then the search page must find "attention", and a screenshot of the first chapter is
 written to _build/screenshots/chapter1.png.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import threading
@@ -53,6 +55,8 @@ KNOWN_HARMLESS_JS_ERRORS: dict[str, str] = {
 }
 
 # Hidden/code text is not prose: raw TeX there is intended (e.g. a code cell printing "$$").
+# Flagged in visible prose: $$, \( \) \[ \], \begin{, a $...$ pair around non-blank text,
+# and common TeX commands, each a sign that math was not typeset.
 VISIBLE_PROSE_TEXT_JS = r"""
 () => {
   const skip = "PRE, CODE, SCRIPT, STYLE, TEXTAREA, NOSCRIPT, MJX-CONTAINER, "
@@ -65,7 +69,9 @@ VISIBLE_PROSE_TEXT_JS = r"""
     if (!el || el.closest(skip)) continue;
     if (!el.getClientRects().length) continue;           // not rendered (display:none etc.)
     const t = n.textContent;
-    if (/\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{/.test(t)) out.push(t.trim().slice(0, 120));
+    const tex = /\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$[^\s$][^$]*[^\s$]\$|\$[^\s$\d]\$/;
+    const cmd = /\\(frac|sqrt|operatorname|mathbb|mathrm|text|left|right|top|cdot|sum)\b/;
+    if (tex.test(t) || cmd.test(t)) out.push(t.trim().slice(0, 120));
   }
   return out;
 }
@@ -91,7 +97,10 @@ async () => {
       .map(m => m.textContent.trim().slice(0, 120));
   const merrors = Array.from(document.querySelectorAll("mjx-merror, merror"),
       e => (e.getAttribute("data-mjx-error") || e.textContent).trim().slice(0, 120));
-  return {ids, links, brokenImages, mathCount: math.length,
+  const mathjaxScripts = Array.from(document.scripts, s => s.src)
+      .filter(src => /mathjax/i.test(src));
+  return {ids, links, brokenImages, imageCount: imgs.length, mathjaxScripts,
+          mathCount: math.length,
           mjxCount: document.querySelectorAll("mjx-container").length, unrendered, merrors};
 }
 """
@@ -102,7 +111,10 @@ class PageReport:
     path: str  # relative to the html root, e.g. "book/intro.html"
     redirect: bool = False  # a meta-refresh stub: only its target link is checked
     js_errors: list[str] = field(default_factory=list)
+    harmless_js_errors: list[str] = field(default_factory=list)
     broken_images: list[str] = field(default_factory=list)
+    image_count: int = 0
+    mathjax_scripts: list[str] = field(default_factory=list)
     math_count: int = 0
     mjx_count: int = 0
     unrendered_math: list[str] = field(default_factory=list)
@@ -216,10 +228,13 @@ def _visit(context, base: str, rel: str) -> PageReport:  # noqa: ANN001
     report.ids = set(facts["ids"])
     report.links = facts["links"]
     report.broken_images = facts["brokenImages"]
+    report.image_count = facts["imageCount"]
+    report.mathjax_scripts = facts["mathjaxScripts"]
     report.math_count = facts["mathCount"]
     report.mjx_count = facts["mjxCount"]
     report.unrendered_math = facts["unrendered"]
     report.math_errors = facts["merrors"]
+    report.harmless_js_errors = [e for e in report.js_errors if _is_known_harmless(e)]
     report.js_errors = [e for e in report.js_errors if not _is_known_harmless(e)]
     return report
 
@@ -268,9 +283,106 @@ def test_no_javascript_errors(site: dict) -> None:
              "JavaScript errors (uncaught exceptions or console.error)")
 
 
+def test_known_harmless_js_errors_still_occur(site: dict) -> None:
+    """An allow-list entry that no page triggers any more is removed, so it can hide nothing."""
+    seen = [e for r in site.values() for e in r.harmless_js_errors]
+    stale = [k for k in KNOWN_HARMLESS_JS_ERRORS if not any(k in e for e in seen)]
+    _fail_if(stale, "KNOWN_HARMLESS_JS_ERRORS entries that no page triggers (remove them)")
+
+
 def test_no_requests_leave_the_machine(site: dict, blocked_requests: list[str]) -> None:
     _fail_if(sorted(set(blocked_requests)),
              "pages asked for non-local URLs (blocked; the book must work offline)")
+
+
+def test_external_requests_are_really_blocked(server: str, browser_context,  # noqa: ANN001
+                                              blocked_requests: list[str], site: dict,
+                                              toc_pages: list[str]) -> None:
+    """The offline checks mean something only if a request off the machine really fails."""
+    probe = "https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-chtml.js"
+    before = len(blocked_requests)
+    page = browser_context.new_page()
+    try:
+        page.goto(server + f"{toc_pages[0]}.html", wait_until="load")
+        outcome = page.evaluate(
+            "url => fetch(url).then(() => 'loaded', e => 'failed: ' + e)", probe)
+    finally:
+        page.close()
+    caught = blocked_requests[before:]
+    del blocked_requests[before:]  # the probe is not a request of the book's
+    assert outcome.startswith("failed"), f"{probe} was reachable: {outcome}"
+    assert probe in caught, f"the request blocker did not see {probe}: {caught}"
+
+
+def test_math_renders_offline(site: dict, blocked_requests: list[str]) -> None:
+    """MathJax comes from the book itself (_static/mathjax, served on loopback) and typesets
+    every math page while every request off the machine is blocked."""
+    math_pages = [r for r in site.values() if r.math_count]
+    assert len(math_pages) >= 5, f"expected math on most chapters, found {len(math_pages)} pages"
+    problems = [f"requested off the machine: {u}" for u in sorted(set(blocked_requests))]
+    for r in math_pages:
+        if not r.mathjax_scripts:
+            problems.append(f"{r.path}: math but no MathJax <script>")
+        problems += [f"{r.path}: MathJax not from the book: {src}" for src in r.mathjax_scripts
+                     if urlsplit(src).hostname not in LOCAL_HOSTS
+                     or "/_static/mathjax/" not in urlsplit(src).path]
+        if r.mjx_count < r.math_count:
+            problems.append(f"{r.path}: {r.math_count} math elements, {r.mjx_count} typeset")
+    _fail_if(problems, "math does not render offline")
+
+
+MARKDOWN_MATH = re.compile(r"\$[^$\s][^$\n]*\$|\$\$")
+
+
+def _source(docname: str) -> Path | None:
+    for suffix in (".md", ".ipynb"):
+        if (REPO / f"{docname}{suffix}").is_file():
+            return REPO / f"{docname}{suffix}"
+    return None
+
+
+def _markdown_and_images(path: Path) -> tuple[str, int]:
+    """A page source's markdown text, and how many image outputs the HTML must show."""
+    if path.suffix == ".md":
+        return path.read_text(encoding="utf-8"), 0
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    markdown, images = [], 0
+    for cell in nb["cells"]:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell["cell_type"] == "markdown":
+            markdown.append("".join(cell["source"]))
+        elif cell["cell_type"] == "code" and not {"remove-cell", "remove-output"} & set(tags):
+            images += sum(1 for out in cell.get("outputs", [])
+                          if any(k.startswith("image/") for k in out.get("data", {})))
+    return "\n".join(markdown), images
+
+
+def test_every_math_source_page_shows_math(site: dict, toc_pages: list[str]) -> None:
+    """A page whose markdown has $...$ has typeset math (catches math left as plain text)."""
+    problems = []
+    for name in toc_pages:
+        src = _source(name)
+        report = site.get(f"{name}.html")
+        if src is None or report is None:
+            continue
+        text, _ = _markdown_and_images(src)
+        if MARKDOWN_MATH.search(text) and not report.mjx_count:
+            problems.append(f"{name}: its source has math, the page typeset none")
+    _fail_if(problems, "math missing from pages")
+
+
+def test_notebook_figures_are_on_the_page(site: dict, toc_pages: list[str]) -> None:
+    """Every figure a notebook stores is an <img> on its page (and loads: see above)."""
+    problems = []
+    for name in toc_pages:
+        src = _source(name)
+        report = site.get(f"{name}.html")
+        if src is None or report is None:
+            continue
+        _, images = _markdown_and_images(src)
+        if report.image_count < images:
+            problems.append(f"{name}: {images} figures stored, {report.image_count} <img> shown")
+    _fail_if(problems, "figures missing from pages")
 
 
 def test_every_image_loads(site: dict) -> None:
@@ -313,20 +425,32 @@ def test_internal_links_and_anchors_resolve(site: dict, server: str, built_book:
     _fail_if(sorted(set(problems)), "broken internal links")
 
 
-def test_search_finds_attention(server: str, browser_context, site: dict) -> None:  # noqa: ANN001
+def test_search_finds_attention(server: str, browser_context, site: dict,  # noqa: ANN001
+                                toc_pages: list[str]) -> None:
     page = browser_context.new_page()
     try:
         page.goto(server + "search.html?q=attention", wait_until="load")
         results = page.locator("#search-results ul.search li")
         try:
             results.first.wait_for(state="attached", timeout=SEARCH_TIMEOUT_MS)
+            # Sphinx appends the hits one by one and fills in its summary line when done.
+            page.wait_for_function(
+                "() => /Search finished/.test("
+                "document.querySelector('#search-results p.search-summary')?.innerText || '')",
+                timeout=SEARCH_TIMEOUT_MS)
         except Exception:  # noqa: BLE001
             summary = page.locator("#search-results").inner_text() or "(no #search-results)"
             pytest.fail(f'search.html?q=attention found nothing; page says: {summary!r}',
                         pytrace=False)
-        assert results.count() > 0
+        hrefs = page.locator("#search-results ul.search li a").evaluate_all(
+            "links => links.map(a => a.href)")
     finally:
         page.close()
+    found = {_html_path(urldefrag(h).url, server) for h in hrefs}
+    # Nearly every chapter is about attention: several must be hits, and every hit a real page.
+    chapters = {f"{name}.html" for name in toc_pages[1:]}
+    assert len(found & chapters) >= 3, f"search hits {sorted(found)}"
+    assert None not in found and found <= set(site), sorted(found - set(site))
 
 
 def test_screenshot_first_chapter(server: str, browser_context, toc_pages: list[str],  # noqa: ANN001

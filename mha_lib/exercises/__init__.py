@@ -62,6 +62,21 @@ from mha_lib.exercises.chapter11 import (
     check_to_torch,
     check_torch_masks,
 )
+from mha_lib.exercises.chapter12 import (
+    check_score_flops,
+    check_tiled_softmax,
+    check_weights_mib,
+)
+from mha_lib.exercises.chapter13 import (
+    check_cache_bytes,
+    check_chunk_mask,
+    check_expand_kv,
+)
+from mha_lib.exercises.chapter14 import (
+    check_answer_loss,
+    check_copy_batch,
+    check_remove_head,
+)
 from mha_lib.exercises.verdict import SENTENCES, Verdict
 
 __all__ = [
@@ -99,4 +114,13 @@ __all__ = [
     "check_to_torch",
     "check_torch_masks",
     "check_sdpa_attention",
+    "check_score_flops",
+    "check_weights_mib",
+    "check_tiled_softmax",
+    "check_cache_bytes",
+    "check_expand_kv",
+    "check_chunk_mask",
+    "check_copy_batch",
+    "check_answer_loss",
+    "check_remove_head",
 ]
