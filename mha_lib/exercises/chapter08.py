@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import torch
 
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import Verdict, check_calls, close
 from mha_lib.heads import merge_heads
 from mha_lib.masks import causal_mask, padding_mask
 from mha_lib.mha import MultiHeadAttention
@@ -56,21 +56,17 @@ def check_masked_self_attention(mha: MultiHeadAttention, x: torch.Tensor,
                  "padding AND causal: each token sees the real tokens up to itself")
 
 
+def _num_parameters(d_model: int, num_heads: int, bias: bool) -> int:
+    with torch.device("meta"):  # shapes only: no memory, no use of the random state
+        module = MultiHeadAttention(d_model, num_heads, bias=bias)
+    return sum(p.numel() for p in module.parameters())
+
+
 def check_num_parameters(fn: Callable[[int, int, bool], int]) -> Verdict:
     """Exercise 8.3: ``fn(d_model, num_heads, bias)`` is the number of parameters of
     ``MultiHeadAttention(d_model, num_heads, bias=bias)``."""
-    for d_model, num_heads, bias in ((8, 4, True), (8, 2, True), (512, 8, True),
-                                     (512, 8, False), (768, 12, True), (96, 1, False)):
-        with torch.device("meta"):  # shapes only: no memory, no use of the random state
-            module = MultiHeadAttention(d_model, num_heads, bias=bias)
-        expected = sum(p.numel() for p in module.parameters())
-        try:
-            given = fn(d_model, num_heads, bias)
-        except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"fn({d_model}, {num_heads}, {bias}) raised "
-                                  f"{type(error).__name__}: {error}")
-        if given != expected:
-            return Verdict(False, f"fn({d_model}, {num_heads}, {bias}) should be {expected:,}, "
-                                  f"got {given!r}")
-    return Verdict(True, "4 * (d_model**2 + d_model) with bias, 4 * d_model**2 without: "
-                         "the number of heads does not change it")
+    cases = ((8, 4, True), (8, 2, True), (512, 8, True), (512, 8, False), (768, 12, True),
+             (96, 1, False))
+    return check_calls(fn, cases, _num_parameters,
+                       "4 * (d_model**2 + d_model) with bias, 4 * d_model**2 without: "
+                       "the number of heads does not change it")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import Verdict, check_calls, close
 from mha_lib.masks import causal_mask, padding_mask
 from mha_lib.variants import EinsumMultiHeadAttention
 
@@ -64,21 +64,16 @@ def check_seed_mask(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
     return Verdict(True, "True = blocked, the opposite of mha_lib: ~(padding & causal)")
 
 
+def _einsum_num_parameters(n_head: int, d_model: int, d_k: int, d_v: int) -> int:
+    with torch.device("meta"):  # shapes only: no memory, no use of the random state
+        module = EinsumMultiHeadAttention(n_head, d_model, d_k, d_v)
+    return sum(p.numel() for p in module.parameters())
+
+
 def check_einsum_num_parameters(fn: Callable[[int, int, int, int], int]) -> Verdict:
     """Exercise 10.3: ``fn(n_head, d_model, d_k, d_v)`` is the number of parameters of
     ``EinsumMultiHeadAttention(n_head, d_model, d_k, d_v)``."""
-    for n_head, d_model, d_k, d_v in ((4, 8, 3, 5), (4, 8, 2, 2), (8, 512, 64, 64),
-                                      (1, 6, 10, 1), (12, 96, 8, 16)):
-        with torch.device("meta"):  # shapes only: no memory, no use of the random state
-            module = EinsumMultiHeadAttention(n_head, d_model, d_k, d_v)
-        expected = sum(p.numel() for p in module.parameters())
-        try:
-            given = fn(n_head, d_model, d_k, d_v)
-        except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"fn({n_head}, {d_model}, {d_k}, {d_v}) raised "
-                                  f"{type(error).__name__}: {error}")
-        if given != expected:
-            return Verdict(False, f"fn({n_head}, {d_model}, {d_k}, {d_v}) should be "
-                                  f"{expected:,}, got {given!r}")
-    return Verdict(True, "three input projections, fc back to d_model, and LayerNorm's "
-                         "2 * d_model")
+    cases = ((4, 8, 3, 5), (4, 8, 2, 2), (8, 512, 64, 64), (1, 6, 10, 1), (12, 96, 8, 16))
+    return check_calls(fn, cases, _einsum_num_parameters,
+                       "three input projections, fc back to d_model, and LayerNorm's "
+                       "2 * d_model")

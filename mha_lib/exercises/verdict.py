@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Verdict", "compare", "close", "SENTENCES"]
+__all__ = ["Verdict", "compare", "close", "check_calls", "SENTENCES"]
 
 # The running example of the book (seed 001): three sentences of six tokens each.
 SENTENCES = [
@@ -52,4 +53,21 @@ def close(name: str, given: object, expected: torch.Tensor, success: str,
         worst = (given.detach().to(expected.dtype) - expected).abs().max().item()
         return Verdict(False, f"{name} has the right shape but different values "
                               f"(largest difference {worst:.3g})")
+    return Verdict(True, success)
+
+
+def check_calls(fn: Callable, cases: Iterable[tuple], expected: Callable, success: str) -> Verdict:
+    """Call the reader's ``fn(*args)`` for every ``args`` in ``cases`` and compare with
+    ``expected(*args)``; the first wrong or raising call is the hint."""
+    for args in cases:
+        call = f"fn({', '.join(map(repr, args))})"
+        want = expected(*args)
+        try:
+            given = fn(*args)
+        except Exception as error:  # the reader's code: report, do not crash the notebook
+            return Verdict(False, f"{call} raised {type(error).__name__}: {error}")
+        if given != want:
+            number = isinstance(want, int) and not isinstance(want, bool)
+            shown = f"{want:,}" if number else repr(want)
+            return Verdict(False, f"{call} should be {shown}, got {given!r}")
     return Verdict(True, success)
