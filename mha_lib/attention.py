@@ -5,7 +5,7 @@ D - query/key dim, Dv - value dim.
 
 Masks are bool, True = may attend, or float, added to the scores. Masked scores are
 set to ``-inf``: exactly zero weight after the softmax, in every dtype, with no magic
-number that could overflow float16 (chapter 7 shows why ``-1e9`` does). A row with
+number that could overflow float16 (chapter 7 shows how minus a billion does). A row with
 nothing to attend to would be ``softmax([-inf, ..., -inf]) = 0/0 = NaN``; we define
 its weights (and so its output) as zeros, the only answer that says "nothing seen".
 """

@@ -7,7 +7,7 @@
 
 Both use the library's mask convention (True = may attend) and its safe softmax, so a
 query with nothing to attend to gives zeros. Where that differs from the sources: d2l
-fills with ``-1e6`` and gives such a row uniform weights; seed 004 takes True = blocked.
+fills with minus a million and gives such a row uniform weights; seed 004 takes True = blocked.
 
 Shape legend: B - batch, H - heads, Lq/Lk - query/key length, D - head dim.
 """

@@ -29,6 +29,18 @@ def _call(fn: Callable, *args):
         return None, Verdict(False, f"calling it raised {type(error).__name__}: {error}")
 
 
+def _compare_pair(got: object, want: tuple[torch.Tensor, torch.Tensor], where: str) -> Verdict:
+    """The reader's ``(output, weights)`` against the library's, weights first."""
+    if not isinstance(got, tuple) or len(got) != 2:
+        return Verdict(False, f"fn should return a pair (output, weights), "
+                              f"got {type(got).__name__}")
+    for name, given, expected in (("weights", got[1], want[1]), ("output", got[0], want[0])):
+        verdict = close(f"{name} {where}", given, expected, "")
+        if not verdict:
+            return verdict
+    return Verdict(True, "")
+
+
 def check_attention(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
                                  tuple[torch.Tensor, torch.Tensor]]) -> Verdict:
     """Exercise 6.1: ``fn(q, k, v) -> (output, weights)``, unmasked scaled dot-product
@@ -38,15 +50,10 @@ def check_attention(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
         got, error = _call(fn, q, k, v)
         if error is not None:
             return error
-        if not isinstance(got, tuple) or len(got) != 2:
-            return Verdict(False, f"fn should return a pair (output, weights), "
-                                  f"got {type(got).__name__}")
-        want_out, want_weights = scaled_dot_product_attention(q, k, v)
         shape = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        for name, given, want in (("weights", got[1], want_weights), ("output", got[0], want_out)):
-            verdict = close(f"{name} for {shape}", given, want, "")
-            if not verdict:
-                return verdict
+        verdict = _compare_pair(got, scaled_dot_product_attention(q, k, v), f"for {shape}")
+        if not verdict:
+            return verdict
     return Verdict(True, "output and weights match mha_lib.scaled_dot_product_attention "
                          "for self- and cross-attention shapes")
 
@@ -60,15 +67,11 @@ def check_temperature(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, fl
         got, error = _call(fn, q, k, v, tau)
         if error is not None:
             return error
-        if not isinstance(got, tuple) or len(got) != 2:
-            return Verdict(False, f"fn should return a pair (output, weights), "
-                                  f"got {type(got).__name__}")
         scale = 1.0 / (tau * math.sqrt(q.size(-1)))
-        want_out, want_weights = scaled_dot_product_attention(q, k, v, scale=scale)
-        for name, given, want in (("weights", got[1], want_weights), ("output", got[0], want_out)):
-            verdict = close(f"{name} at tau={tau}", given, want, "")
-            if not verdict:
-                return verdict
+        want = scaled_dot_product_attention(q, k, v, scale=scale)
+        verdict = _compare_pair(got, want, f"at tau={tau}")
+        if not verdict:
+            return verdict
     return Verdict(True, "the same as mha_lib.scaled_dot_product_attention with "
                          "scale = 1 / (tau * sqrt(D)) for tau = 0.25, 1 and 3")
 
