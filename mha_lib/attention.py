@@ -18,7 +18,7 @@ from numbers import Real
 
 import torch
 
-from mha_lib._checks import check_mask
+from mha_lib._checks import check_dtype, check_mask
 
 __all__ = ["masked_softmax", "scaled_dot_product_attention"]
 
@@ -111,8 +111,7 @@ def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> N
                              f"got shape {tuple(x.shape)}")
         if not x.is_floating_point():
             raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
-        if x.dtype != query.dtype:
-            raise TypeError(f"{name}: expected dtype {query.dtype} (the query's), got {x.dtype}")
+        check_dtype(name, x, query.dtype, "the query's")
     if query.size(-1) == 0:
         raise ValueError(f"query: expected a feature dim D >= 1 (the scale is 1/sqrt(D)), "
                          f"got shape {tuple(query.shape)}")

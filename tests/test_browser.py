@@ -357,31 +357,28 @@ def _markdown_and_images(path: Path) -> tuple[str, int]:
     return "\n".join(markdown), images
 
 
-def test_every_math_source_page_shows_math(site: dict, toc_pages: list[str]) -> None:
-    """A page whose markdown has $...$ has typeset math (catches math left as plain text)."""
-    problems = []
+def _pages_with_sources(site: dict, toc_pages: list[str]):
+    """(name, markdown text, stored figures, page report) for every built toc page."""
     for name in toc_pages:
         src = _source(name)
         report = site.get(f"{name}.html")
-        if src is None or report is None:
-            continue
-        text, _ = _markdown_and_images(src)
-        if MARKDOWN_MATH.search(text) and not report.mjx_count:
-            problems.append(f"{name}: its source has math, the page typeset none")
+        if src is not None and report is not None:
+            yield (name, *_markdown_and_images(src), report)
+
+
+def test_every_math_source_page_shows_math(site: dict, toc_pages: list[str]) -> None:
+    """A page whose markdown has $...$ has typeset math (catches math left as plain text)."""
+    problems = [f"{name}: its source has math, the page typeset none"
+                for name, text, _, report in _pages_with_sources(site, toc_pages)
+                if MARKDOWN_MATH.search(text) and not report.mjx_count]
     _fail_if(problems, "math missing from pages")
 
 
 def test_notebook_figures_are_on_the_page(site: dict, toc_pages: list[str]) -> None:
     """Every figure a notebook stores is an <img> on its page (and loads: see above)."""
-    problems = []
-    for name in toc_pages:
-        src = _source(name)
-        report = site.get(f"{name}.html")
-        if src is None or report is None:
-            continue
-        _, images = _markdown_and_images(src)
-        if report.image_count < images:
-            problems.append(f"{name}: {images} figures stored, {report.image_count} <img> shown")
+    problems = [f"{name}: {images} figures stored, {report.image_count} <img> shown"
+                for name, _, images, report in _pages_with_sources(site, toc_pages)
+                if report.image_count < images]
     _fail_if(problems, "figures missing from pages")
 
 
