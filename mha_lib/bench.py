@@ -6,7 +6,7 @@ implementation alike):
 
 * ``explicit``: ``MultiHeadAttention(need_weights=True)``, the path the book derives;
 * ``fused``: ``MultiHeadAttention(need_weights=False)`` on
-  ``F.scaled_dot_product_attention``;
+  ``F.scaled_dot_product_attention``, its projections on oneDNN (``mha_lib.linear``);
 * ``torch``: ``nn.MultiheadAttention(batch_first=True)`` with the same weights,
   ``need_weights=False``, the reference;
 * ``compiled`` (``--compile``): ``torch.compile`` of the fused path.

@@ -14,6 +14,7 @@ from mha_lib._checks import check_dtype, check_mask, check_positive_int, check_t
 from mha_lib.attention import scaled_dot_product_attention
 from mha_lib.cache import KVCache, LayerCache
 from mha_lib.heads import merge_heads, split_heads
+from mha_lib.linear import fast_linear
 
 __all__ = ["MultiHeadAttention"]
 
@@ -31,7 +32,10 @@ class MultiHeadAttention(nn.Module):
     ``need_weights=True`` runs the explicit path derived in the book and returns the
     weights; ``need_weights=False`` runs PyTorch's fused
     ``F.scaled_dot_product_attention`` and returns ``None`` for the weights. Both
-    give the same output. Derived in chapter 8.
+    give the same output (up to float32 rounding). Derived in chapter 8. The fused path
+    calls the four linear layers' weights through ``fast_linear`` (oneDNN's matrix
+    product for float32 on the CPU, chapter 12), so forward hooks on those layers run
+    only on the explicit path.
 
     ``cache`` (keyword, a :class:`~mha_lib.cache.KVCache` or one of its layers) is for
     decoding: the new keys and values are appended to it and the queries attend to all
@@ -72,10 +76,10 @@ class MultiHeadAttention(nn.Module):
         key = query if key is None else key
         value = key if value is None else value
         self._check_inputs(query, key, value, mask, cache)
-        if not need_weights and cache is None and key is query and value is query:
-            q, k, v = self._fused_projection(query)  # self-attention: one matmul for Q, K, V
-        else:
-            q, k, v = self.q_proj(query), self.k_proj(key), self.v_proj(value)
+        fast = not need_weights  # the fused path: every step on the fastest kernel at hand
+        q = self._project(self.q_proj, query, fast)  # (B, Lq, d_model)
+        k = self._project(self.k_proj, key, fast)  # (B, Lk, H_kv * D)
+        v = self._project(self.v_proj, value, fast)  # (B, Lk, H_kv * D)
         q = split_heads(q, self.num_heads)  # (B, H, Lq, D)
         k = split_heads(k, self.num_kv_heads)  # (B, H_kv, Lk, D)
         v = split_heads(v, self.num_kv_heads)  # (B, H_kv, Lk, D)
@@ -86,19 +90,17 @@ class MultiHeadAttention(nn.Module):
             out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
         else:
             out, weights = self._fused_attention(q, k, v, mask), None
-        return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
+        return self._project(self.out_proj, merge_heads(out), fast), weights  # (B, Lq, d_model)
+
+    @staticmethod
+    def _project(layer: nn.Linear, x: torch.Tensor, fast: bool) -> torch.Tensor:
+        """``layer(x)``; with ``fast``, the same product on oneDNN where it can (chapter 12)."""
+        return fast_linear(x, layer.weight, layer.bias) if fast else layer(x)
 
     def _expand_kv(self, x: torch.Tensor) -> torch.Tensor:
         """One key/value head per query head: nothing to do. ``GroupedQueryAttention``
         (chapter 13) overrides this to share each key/value head among several."""
         return x
-
-    def _fused_projection(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Q, K and V of ``x`` ``(B, L, d_model)`` with one matmul on the stacked weights."""
-        layers = (self.q_proj, self.k_proj, self.v_proj)
-        weight = torch.cat([layer.weight for layer in layers])
-        bias = None if self.q_proj.bias is None else torch.cat([layer.bias for layer in layers])
-        return F.linear(x, weight, bias).split([layer.out_features for layer in layers], dim=-1)
 
     def _fused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          mask: torch.Tensor | None) -> torch.Tensor:
