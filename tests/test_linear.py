@@ -8,7 +8,7 @@ the module's fused path, which runs on it, must still agree with the explicit pa
 sizes that take it.
 
 ``MIN_WORK`` is lowered to ``SMALL`` (the ``small_products`` fixture) so that small
-tensors take the oneDNN route; two tests check the real threshold.
+tensors take the oneDNN route; one test checks the real threshold.
 """
 
 from __future__ import annotations
