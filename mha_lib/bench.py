@@ -1,4 +1,4 @@
-"""Time and memory of the attention implementations, side by side (chapter 12).
+"""Time and memory of the attention implementations, side by side (chapter 13).
 
 Run ``python -m mha_lib.bench --help``. For every sequence length it measures, in one
 process and interleaved (round-robin, so that a slower moment of the machine hits every

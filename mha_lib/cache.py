@@ -1,4 +1,4 @@
-"""A key/value cache for decoding one token at a time (chapter 13).
+"""A key/value cache for decoding one token at a time (chapter 14).
 
 Shape legend: B - batch, H_kv - key/value heads, L - cached positions, D - head dim.
 
@@ -23,7 +23,7 @@ class KVCache:
     ``KVCache(num_layers)``; ``cache.layer(i)`` is layer ``i``'s part, to pass to an
     attention module as ``cache=``; a single module may take the whole cache (layer 0).
     ``length`` is the number of cached positions, ``nbytes`` the memory held.
-    Derived in chapter 13.
+    Derived in chapter 14.
     """
 
     def __init__(self, num_layers: int = 1):

@@ -1,5 +1,5 @@
 """Greedy decoding of a random ``TinyTransformer``, with and without the key/value cache:
-median times, speed-up, and whether both decode the same tokens (chapter 13).
+median times, speed-up, and whether both decode the same tokens (chapter 14).
 
 Defaults: batch 1, a 16-token prompt, 256 new tokens, 4 layers, d_model 256, 8 heads.
 """

@@ -1,4 +1,4 @@
-"""Grouped-query and multi-query attention: fewer key/value heads (chapter 13).
+"""Grouped-query and multi-query attention: fewer key/value heads (chapter 14).
 
 Shape legend: B - batch, L - length, H - query heads, H_kv - key/value heads,
 D - head dim (d_model = H * D). Each key/value head serves ``H / H_kv`` query heads:
@@ -22,7 +22,7 @@ class GroupedQueryAttention(MultiHeadAttention):
 
     ``k_proj`` and ``v_proj`` map ``d_model`` to ``num_kv_heads * head_dim``, so they (and a
     :class:`~mha_lib.KVCache`) are ``num_heads / num_kv_heads`` times smaller. ``forward``
-    is the parent's: same arguments, same ``(output, weights | None)``. Chapter 13.
+    is the parent's: same arguments, same ``(output, weights | None)``. Chapter 14.
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0,

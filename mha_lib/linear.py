@@ -1,4 +1,4 @@
-"""The fused path's projections on oneDNN's matrix product (chapter 12).
+"""The fused path's projections on oneDNN's matrix product (chapter 13).
 
 ``F.linear`` on the CPU calls MKL's ``sgemm`` for float32. PyTorch also ships oneDNN,
 whose float32 matrix product is faster on some processors: on the AMD EPYC that built

@@ -34,12 +34,12 @@ class MultiHeadAttention(nn.Module):
     ``F.scaled_dot_product_attention`` and returns ``None`` for the weights. Both
     give the same output (up to float32 rounding). Derived in chapter 8. The fused path
     calls the four linear layers' weights through ``fast_linear`` (oneDNN's matrix
-    product for float32 on the CPU, chapter 12), so forward hooks on those layers run
+    product for float32 on the CPU, chapter 13), so forward hooks on those layers run
     only on the explicit path.
 
     ``cache`` (keyword, a :class:`~mha_lib.cache.KVCache` or one of its layers) is for
     decoding: the new keys and values are appended to it and the queries attend to all
-    cached positions (``mask`` then covers ``Lk = L_past + Lk_new``). Chapter 13.
+    cached positions (``mask`` then covers ``Lk = L_past + Lk_new``). Chapter 14.
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
@@ -83,7 +83,7 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(q, self.num_heads)  # (B, H, Lq, D)
         k = split_heads(k, self.num_kv_heads)  # (B, H_kv, Lk, D)
         v = split_heads(v, self.num_kv_heads)  # (B, H_kv, Lk, D)
-        if cache is not None:  # decoding (chapter 13): append, then attend to all positions
+        if cache is not None:  # decoding (chapter 14): append, then attend to all positions
             k, v = cache.update(k, v)  # (B, H_kv, L_past + Lk, D)
         k, v = self._expand_kv(k), self._expand_kv(v)  # (B, H, Lk, D)
         if need_weights:
@@ -94,12 +94,12 @@ class MultiHeadAttention(nn.Module):
 
     @staticmethod
     def _project(layer: nn.Linear, x: torch.Tensor, fast: bool) -> torch.Tensor:
-        """``layer(x)``; with ``fast``, the same product on oneDNN where it can (chapter 12)."""
+        """``layer(x)``; with ``fast``, the same product on oneDNN where it can (chapter 13)."""
         return fast_linear(x, layer.weight, layer.bias) if fast else layer(x)
 
     def _expand_kv(self, x: torch.Tensor) -> torch.Tensor:
         """One key/value head per query head: nothing to do. ``GroupedQueryAttention``
-        (chapter 13) overrides this to share each key/value head among several."""
+        (chapter 14) overrides this to share each key/value head among several."""
         return x
 
     def _fused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

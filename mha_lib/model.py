@@ -1,4 +1,4 @@
-"""A tiny decoder-only transformer built from the library's attention (chapters 13, 14).
+"""A tiny decoder-only transformer built from the library's attention (chapters 14, 15).
 
 Shape legend: B - batch, L - length (new tokens), H - heads, Lk - key length
 (cached + new), N - layers, V - vocabulary size.
@@ -54,7 +54,7 @@ class TinyTransformer(nn.Module):
     :class:`~mha_lib.GroupedQueryAttention`. ``forward(idx (B, L), cache=None,
     need_weights=False)`` returns logits ``(B, L, V)``, and with ``need_weights=True``
     also the attention weights ``(N, B, H, L, Lk)``. ``generate`` decodes greedily.
-    Chapters 13 and 14.
+    Chapters 14 and 15.
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int,

@@ -414,7 +414,7 @@ bad("from_torch_mha/bias_kv", lambda: from_torch_mha(nn.MultiheadAttention(8, 2,
                                                                            add_bias_kv=True)),
     ValueError, "t", r"add_bias_kv=False", r"uses them")
 
-# --- chapter 13: grouped-query attention, the KV cache, the tiny transformer --------------------
+# --- chapter 14: grouped-query attention, the KV cache, the tiny transformer --------------------
 bad("GroupedQueryAttention/zero-kv-heads", lambda: GroupedQueryAttention(8, 4, 0), ValueError,
     "num_kv_heads", "positive int", r"\b0\b")
 bad("GroupedQueryAttention/indivisible", lambda: GroupedQueryAttention(8, 4, 3), ValueError,

@@ -1,4 +1,4 @@
-"""``fast_linear``, the fused path's projections on oneDNN (chapter 12).
+"""``fast_linear``, the fused path's projections on oneDNN (chapter 13).
 
 It must be ``F.linear`` in every way a caller can see: values and gradients (to float32
 rounding), second derivatives, forward-mode AD, ``torch.func``, autocast. It must take the

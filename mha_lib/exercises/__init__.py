@@ -62,17 +62,17 @@ from mha_lib.exercises.chapter11 import (
     check_to_torch,
     check_torch_masks,
 )
-from mha_lib.exercises.chapter12 import (
+from mha_lib.exercises.chapter13 import (
     check_score_flops,
     check_tiled_softmax,
     check_weights_mib,
 )
-from mha_lib.exercises.chapter13 import (
+from mha_lib.exercises.chapter14 import (
     check_cache_bytes,
     check_chunk_mask,
     check_expand_kv,
 )
-from mha_lib.exercises.chapter14 import (
+from mha_lib.exercises.chapter15 import (
     check_answer_loss,
     check_copy_batch,
     check_remove_head,

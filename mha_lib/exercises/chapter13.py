@@ -1,88 +1,133 @@
-"""Checkers for chapter 13's exercises (the KV cache, grouped-query attention)."""
+"""Checkers for chapter 13's exercises (cost and speed)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-from mha_lib.cache import KVCache
+from mha_lib.attention import masked_softmax
 from mha_lib.exercises.verdict import Verdict, close
-from mha_lib.gqa import GroupedQueryAttention
-from mha_lib.masks import causal_mask
+from mha_lib.mha import MultiHeadAttention
 
-__all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask"]
+__all__ = ["check_score_flops", "check_weights_mib", "check_tiled_softmax"]
+
+# (batch, length, d_model, num_heads): the running example, a base transformer layer,
+# a long context with many heads, a single head.
+_CONFIGS = ((3, 6, 8, 4), (1, 1024, 512, 8), (8, 4096, 4096, 32), (2, 100, 64, 1))
 
 
-def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
-    """Exercise 13.1: ``fn(num_layers, num_kv_heads, head_dim, length, batch, bytes_per_number)``
-    is the memory, in bytes, of a full :class:`~mha_lib.KVCache`."""
-    configs = [(1, 4, 2, 6, 3, torch.float32), (2, 2, 4, 5, 1, torch.float16),
-               (3, 1, 8, 7, 2, torch.float64)]
-    for num_layers, num_kv_heads, head_dim, length, batch, dtype in configs:
-        cache = KVCache(num_layers)
-        for layer in range(num_layers):
-            keys = torch.zeros(batch, num_kv_heads, length, head_dim, dtype=dtype)
-            cache.update(keys, keys.clone(), layer)
-        args = (num_layers, num_kv_heads, head_dim, length, batch, keys.element_size())
+def _score_flops(batch: int, length: int, d_model: int, num_heads: int) -> int:
+    """FLOPs of ``Q K^T`` as PyTorch's own counter sees them (shapes only, no data)."""
+    head_dim = d_model // num_heads
+    q = torch.empty(batch, num_heads, length, head_dim, device="meta")  # (B, H, L, D)
+    with FlopCounterMode(display=False) as counter:
+        q @ q.transpose(-2, -1)  # (B, H, L, L)
+    return counter.get_total_flops()
+
+
+def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
+    """Exercise 13.1: ``fn(batch, length, d_model, num_heads)`` returns the FLOPs of the
+    score matrix ``Q K^T`` of self-attention (a multiply-add counts as 2 FLOPs)."""
+    for batch, length, d_model, num_heads in _CONFIGS:
+        args = f"fn({batch}, {length}, {d_model}, {num_heads})"
         try:
-            given = fn(*args)
+            given = fn(batch, length, d_model, num_heads)
         except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"fn{args} raised {type(error).__name__}: {error}")
-        if given == cache.nbytes // 2:
-            return Verdict(False, f"fn{args} = {given}: that is the keys alone; the cache "
-                                  f"holds the values too")
-        if given != cache.nbytes:
-            return Verdict(False, f"fn{args} should be {cache.nbytes} (a filled KVCache's "
-                                  f"nbytes), got {given!r}")
-    return Verdict(True, "2 (keys and values) x layers x H_kv x D x L x B x bytes per number")
+            return Verdict(False, f"{args} raised {type(error).__name__}: {error}")
+        expected = _score_flops(batch, length, d_model, num_heads)
+        if given == expected:
+            continue
+        hint = ""
+        if given == expected // 2:
+            hint = ": a multiply-add is 2 FLOPs"
+        elif given == 2 * expected:
+            hint = ": count Q K^T only, not weights @ V as well"
+        elif given in (expected * num_heads, expected // num_heads) and num_heads > 1:
+            hint = ": each of the H heads has head_dim = d_model / H, so H * L * L * head_dim"
+        return Verdict(False, f"{args} should be {expected:,}, got {given!r}{hint}")
+    return Verdict(True, "Q K^T costs 2 * B * L^2 * d_model FLOPs: quadratic in L, "
+                         "independent of the number of heads")
 
 
-def check_expand_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
-    """Exercise 13.2: ``fn(x, num_heads)`` turns ``(B, H_kv, L, D)`` into ``(B, H, L, D)``
-    the way :class:`~mha_lib.GroupedQueryAttention` shares its key/value heads."""
-    generator = torch.Generator().manual_seed(13)
-    for batch, num_heads, num_kv_heads, length, head_dim in ((2, 4, 2, 5, 3), (1, 6, 3, 2, 4),
-                                                             (3, 4, 1, 4, 2), (1, 2, 2, 3, 1)):
-        x = torch.randn(batch, num_kv_heads, length, head_dim, generator=generator)
-        module = GroupedQueryAttention(num_heads * head_dim, num_heads, num_kv_heads)
-        expected = module._expand_kv(x)  # (B, H, L, D)
-        what = f"fn(x of shape {tuple(x.shape)}, num_heads={num_heads})"
+def _weights_mib(batch: int, length: int, num_heads: int, dtype: torch.dtype) -> float:
+    weights = torch.empty(batch, num_heads, length, length, dtype=dtype, device="meta")
+    return weights.nelement() * weights.element_size() / 2**20
+
+
+def check_weights_mib(fn: Callable[[int, int, int, torch.dtype], float]) -> Verdict:
+    """Exercise 13.2: ``fn(batch, length, num_heads, dtype)`` returns the size in MiB
+    (2**20 bytes) of the attention weights ``(B, H, L, L)`` of self-attention."""
+    # First a real tensor: the weights MultiHeadAttention returns for the running example.
+    with torch.random.fork_rng():  # leave the reader's random state alone
+        torch.manual_seed(12)
+        module = MultiHeadAttention(8, 4).eval()
+        with torch.no_grad():
+            _, weights = module(torch.randn(3, 6, 8))
+    real = weights.nelement() * weights.element_size() / 2**20
+    cases = [((3, 6, 4, torch.float32), real)]
+    for batch, length, num_heads in ((1, 4096, 8), (8, 2048, 16), (2, 100, 1)):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            cases.append(((batch, length, num_heads, dtype),
+                          _weights_mib(batch, length, num_heads, dtype)))
+    for (batch, length, num_heads, dtype), expected in cases:
+        args = f"fn({batch}, {length}, {num_heads}, {dtype})"
         try:
-            given = fn(x, num_heads)
+            given = fn(batch, length, num_heads, dtype)
         except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"{what} raised {type(error).__name__}: {error}")
-        tiled = x.repeat(1, num_heads // num_kv_heads, 1, 1)
-        if isinstance(given, torch.Tensor) and given.shape == expected.shape \
-                and not torch.equal(tiled, expected) and torch.equal(given, tiled):
-            return Verdict(False, f"{what} tiles the heads (0, 1, 0, 1, ...); query heads "
-                                  f"0 and 1 must share key/value head 0 (0, 0, 1, 1, ...)")
-        verdict = close(what, given, expected, "", atol=0.0, rtol=0.0)
-        if not verdict:
+            return Verdict(False, f"{args} raised {type(error).__name__}: {error}")
+        if not isinstance(given, (int, float)) or isinstance(given, bool):
+            return Verdict(False, f"{args} should return a number, got {type(given).__name__}")
+        if abs(given - expected) <= 1e-9 * expected:
+            continue
+        hint = ""
+        if abs(given - expected * 2**20 / 10**6) <= 1e-6 * expected:
+            hint = ": a MiB is 2**20 bytes, not 10**6"
+        elif abs(given - expected * 2**20) <= 1e-6 * expected * 2**20:
+            hint = ": that is bytes; divide by 2**20 for MiB"
+        elif dtype != torch.float32 and abs(given - 2 * expected) <= 1e-6 * expected:
+            hint = f": an element of {dtype} takes {torch.finfo(dtype).bits // 8} bytes"
+        return Verdict(False, f"{args} should be {expected:.6g} MiB, got {given!r}{hint}")
+    return Verdict(True, "B * H * L^2 * bytes per element: 1 x 8 heads x 4096^2 in float32 "
+                         "is 512 MiB, for one layer's weights alone")
+
+
+def _per_block_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
+    """The usual mistake: each block normalised on its own."""
+    return torch.cat([torch.softmax(block, dim=-1)
+                      for block in scores.split(block_size, dim=-1)], dim=-1)
+
+
+def check_tiled_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
+    """Exercise 13.3: ``fn(scores, block_size)`` returns ``softmax(scores, dim=-1)``,
+    reading the last dim in blocks of ``block_size`` with a running max and sum."""
+    generator = torch.Generator().manual_seed(1212)
+    cases = [
+        ("random (2, 3, 5, 7)", torch.randn(2, 3, 5, 7, generator=generator), (1, 3, 7, 10)),
+        ("scores near 1000 (exp overflows without the max)",
+         1000 + torch.randn(4, 9, generator=generator), (2, 4)),
+        ("the largest score in the last block",
+         torch.linspace(-5.0, 20.0, 12).expand(3, 12), (5,)),
+    ]
+    for name, scores, block_sizes in cases:
+        expected = masked_softmax(scores)
+        for block_size in block_sizes:
+            args = f"fn({name}, block_size={block_size})"
+            try:
+                given = fn(scores.clone(), block_size)
+            except Exception as error:  # the reader's code: report, do not crash the notebook
+                return Verdict(False, f"{args} raised {type(error).__name__}: {error}")
+            verdict = close(args, given, expected, "")
+            if verdict:
+                continue
+            if isinstance(given, torch.Tensor) and not torch.isfinite(given).all():
+                return Verdict(False, f"{args} has inf or NaN: subtract the running max "
+                                      "before exp")
+            if isinstance(given, torch.Tensor) and given.shape == expected.shape and \
+                    torch.allclose(given, _per_block_softmax(scores, block_size), atol=1e-6):
+                return Verdict(False, f"{args} normalises each block on its own: divide by "
+                                      "the sum over all blocks, rescaled when the max changes")
             return verdict
-    return Verdict(True, "key/value head g serves query heads g*H/H_kv to (g+1)*H/H_kv - 1, "
-                         "as repeat_interleave gives")
-
-
-def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
-    """Exercise 13.3: ``fn(q_len, past)`` is the bool mask ``(q_len, past + q_len)`` for a
-    chunk of ``q_len`` new tokens after ``past`` cached ones (True = may attend)."""
-    for q_len, past in ((1, 0), (1, 5), (3, 4), (4, 0), (2, 7)):
-        expected = causal_mask(q_len, past + q_len)
-        try:
-            given = fn(q_len, past)
-        except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"fn({q_len}, {past}) raised {type(error).__name__}: {error}")
-        if not isinstance(given, torch.Tensor) or given.dtype != torch.bool:
-            return Verdict(False, f"fn({q_len}, {past}) should be a bool tensor, got "
-                                  f"{getattr(given, 'dtype', type(given).__name__)}")
-        top_left = torch.ones(q_len, past + q_len, dtype=torch.bool).tril()
-        if past and given.shape == expected.shape and torch.equal(given, top_left):
-            return Verdict(False, f"fn({q_len}, {past}) is aligned top-left (like SDPA's "
-                                  f"is_causal=True): the new tokens would not see the cache")
-        verdict = close(f"fn({q_len}, {past})", given.float(), expected.float(), "",
-                        atol=0.0, rtol=0.0)
-        if not verdict:
-            return verdict
-    return Verdict(True, "new token i is position past + i: it sees keys 0 to past + i, "
-                         "as causal_mask(q_len, past + q_len) does")
+    return Verdict(True, "one pass for the running max and sum, one for the weights: "
+                         "never more than one block of scores at a time")

@@ -1,123 +1,88 @@
-"""Checkers for chapter 14's exercises (training a tiny transformer to reverse digits).
-
-The task: ``N = 6`` digits (ids 0-9), the separator ``SEP = 10``, then the answer, so a
-sequence has ``2 * N + 1 = 13`` tokens.
-"""
+"""Checkers for chapter 14's exercises (the KV cache, grouped-query attention)."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
+from mha_lib.cache import KVCache
 from mha_lib.exercises.verdict import Verdict, close
-from mha_lib.model import TinyTransformer
+from mha_lib.gqa import GroupedQueryAttention
+from mha_lib.masks import causal_mask
 
-__all__ = ["N", "SEP", "check_copy_batch", "check_answer_loss", "check_remove_head"]
-
-N = 6  # digits per sequence
-SEP = 10  # the separator token
+__all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask"]
 
 
-def check_copy_batch(fn: Callable[[int, torch.Generator], torch.Tensor]) -> Verdict:
-    """Exercise 14.1: ``fn(batch_size, generator)`` returns ``(batch_size, 13)`` int64
-    sequences ``digits, SEP, digits`` (the copy task) with random digits from ``generator``."""
-    try:
-        seq = fn(200, torch.Generator().manual_seed(14))
-    except Exception as error:  # the reader's code: report, do not crash the notebook
-        return Verdict(False, f"fn(200, generator) raised {type(error).__name__}: {error}")
-    if not isinstance(seq, torch.Tensor) or seq.dtype != torch.long:
-        return Verdict(False, f"fn(200, generator) should be an int64 tensor, got "
-                              f"{getattr(seq, 'dtype', type(seq).__name__)}")
-    if tuple(seq.shape) != (200, 2 * N + 1):
-        return Verdict(False, f"fn(200, generator) should have shape (200, {2 * N + 1}), "
-                              f"got {tuple(seq.shape)}")
-    digits, sep, answer = seq[:, :N], seq[:, N], seq[:, N + 1:]
-    if not bool((sep == SEP).all()):
-        return Verdict(False, f"position {N} should be the separator {SEP} in every row")
-    if not bool(((digits >= 0) & (digits <= 9)).all()):
-        return Verdict(False, "the first 6 tokens should be digits 0-9")
-    if torch.equal(answer, digits.flip(1)) and not torch.equal(answer, digits):
-        return Verdict(False, "this is the reversal task of the chapter; copy the digits "
-                              "in the same order")
-    if not torch.equal(answer, digits):
-        return Verdict(False, "the last 6 tokens should repeat the first 6 in order")
-    if len({tuple(row) for row in digits.tolist()}) < 190 or digits.unique().numel() != 10:
-        return Verdict(False, "the digits should be random (use the generator), "
-                              "every digit from 0 to 9")
-    again = fn(200, torch.Generator().manual_seed(14))
-    if not torch.equal(again, seq):
-        return Verdict(False, "the same generator seed should give the same batch: draw the "
-                              "digits with torch.randint(..., generator=generator)")
-    return Verdict(True, "digits, separator, the same digits: query N + j must read key j, "
-                         f"a diagonal {N} positions below the main one")
-
-
-def _answer_loss(logits: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
-    vocab = logits.size(-1)
-    return F.cross_entropy(logits[:, N:].reshape(-1, vocab), seq[:, N + 1:].reshape(-1))
-
-
-def check_answer_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Verdict:
-    """Exercise 14.2: ``fn(logits, seq)`` is the mean cross-entropy of the answer tokens:
-    ``logits`` ``(B, 2N, V)`` come from ``model(seq[:, :-1])``, ``seq`` is ``(B, 2N+1)``."""
-    generator = torch.Generator().manual_seed(141)
-    seq = torch.cat([torch.randint(10, (5, N), generator=generator),
-                     torch.full((5, 1), SEP), torch.randint(10, (5, N), generator=generator)],
-                    dim=1)
-    logits = torch.randn(5, 2 * N, 11, generator=generator)
-    expected = _answer_loss(logits, seq)
-    try:
-        given = fn(logits, seq)
-    except Exception as error:  # the reader's code: report, do not crash the notebook
-        return Verdict(False, f"fn(logits, seq) raised {type(error).__name__}: {error}")
-    if isinstance(given, torch.Tensor) and given.shape == ():
-        everything = F.cross_entropy(logits.reshape(-1, 11), seq[:, 1:].reshape(-1))
-        if torch.allclose(given, everything):
-            return Verdict(False, "this averages over every position; the digits before the "
-                                  "separator are random and cannot be predicted: score only "
-                                  "the answer")
-        shifted = F.cross_entropy(logits[:, N + 1:].reshape(-1, 11),
-                                  seq[:, N + 2:].reshape(-1))
-        unshifted = F.cross_entropy(logits[:, N:].reshape(-1, 11), seq[:, N:-1].reshape(-1))
-        if torch.allclose(given, shifted) or torch.allclose(given, unshifted):
-            return Verdict(False, "off by one: the logits at position t predict token t + 1, "
-                                  f"so logits[:, {N}:] go with seq[:, {N + 1}:]")
-    return close("fn(logits, seq)", given, expected,
-                 f"logits[:, {N}:] (the separator and the answer so far) predict "
-                 f"seq[:, {N + 1}:], the answer")
-
-
-def check_remove_head(fn: Callable[[TinyTransformer, int], None]) -> Verdict:
-    """Exercise 14.3: ``fn(model, head)`` silences ``head`` in every block of ``model``, in
-    place, by zeroing the columns of ``out_proj.weight`` that multiply that head."""
-    torch.manual_seed(143)
-    model = TinyTransformer(11, 16, 4, num_layers=2, max_len=13).eval()
-    idx = torch.randint(11, (3, 13), generator=torch.Generator().manual_seed(143))
-    for head in (0, 2):
-        expected_model = copy.deepcopy(model)
-        rows_model = copy.deepcopy(model)
-        with torch.no_grad():
-            for e, r in zip(expected_model.blocks, rows_model.blocks, strict=True):
-                d = e.attn.head_dim
-                e.attn.out_proj.weight[:, head * d:(head + 1) * d] = 0.0
-                r.attn.out_proj.weight[head * d:(head + 1) * d] = 0.0
-            expected = expected_model(idx)
-            wrong_rows = rows_model(idx)
-        given_model = copy.deepcopy(model)
+def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
+    """Exercise 14.1: ``fn(num_layers, num_kv_heads, head_dim, length, batch, bytes_per_number)``
+    is the memory, in bytes, of a full :class:`~mha_lib.KVCache`."""
+    configs = [(1, 4, 2, 6, 3, torch.float32), (2, 2, 4, 5, 1, torch.float16),
+               (3, 1, 8, 7, 2, torch.float64)]
+    for num_layers, num_kv_heads, head_dim, length, batch, dtype in configs:
+        cache = KVCache(num_layers)
+        for layer in range(num_layers):
+            keys = torch.zeros(batch, num_kv_heads, length, head_dim, dtype=dtype)
+            cache.update(keys, keys.clone(), layer)
+        args = (num_layers, num_kv_heads, head_dim, length, batch, keys.element_size())
         try:
-            with torch.no_grad():
-                fn(given_model, head)
-                given = given_model(idx)
+            given = fn(*args)
         except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"fn(model, {head}) raised {type(error).__name__}: {error}")
-        if torch.allclose(given, wrong_rows):
-            return Verdict(False, "these are rows of out_proj.weight (output features); nn.Linear "
-                                  "stores W transposed, so head h's inputs are its columns")
-        verdict = close(f"the logits after fn(model, {head})", given, expected, "")
+            return Verdict(False, f"fn{args} raised {type(error).__name__}: {error}")
+        if given == cache.nbytes // 2:
+            return Verdict(False, f"fn{args} = {given}: that is the keys alone; the cache "
+                                  f"holds the values too")
+        if given != cache.nbytes:
+            return Verdict(False, f"fn{args} should be {cache.nbytes} (a filled KVCache's "
+                                  f"nbytes), got {given!r}")
+    return Verdict(True, "2 (keys and values) x layers x H_kv x D x L x B x bytes per number")
+
+
+def check_expand_kv(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
+    """Exercise 14.2: ``fn(x, num_heads)`` turns ``(B, H_kv, L, D)`` into ``(B, H, L, D)``
+    the way :class:`~mha_lib.GroupedQueryAttention` shares its key/value heads."""
+    generator = torch.Generator().manual_seed(13)
+    for batch, num_heads, num_kv_heads, length, head_dim in ((2, 4, 2, 5, 3), (1, 6, 3, 2, 4),
+                                                             (3, 4, 1, 4, 2), (1, 2, 2, 3, 1)):
+        x = torch.randn(batch, num_kv_heads, length, head_dim, generator=generator)
+        module = GroupedQueryAttention(num_heads * head_dim, num_heads, num_kv_heads)
+        expected = module._expand_kv(x)  # (B, H, L, D)
+        what = f"fn(x of shape {tuple(x.shape)}, num_heads={num_heads})"
+        try:
+            given = fn(x, num_heads)
+        except Exception as error:  # the reader's code: report, do not crash the notebook
+            return Verdict(False, f"{what} raised {type(error).__name__}: {error}")
+        tiled = x.repeat(1, num_heads // num_kv_heads, 1, 1)
+        if isinstance(given, torch.Tensor) and given.shape == expected.shape \
+                and not torch.equal(tiled, expected) and torch.equal(given, tiled):
+            return Verdict(False, f"{what} tiles the heads (0, 1, 0, 1, ...); query heads "
+                                  f"0 and 1 must share key/value head 0 (0, 0, 1, 1, ...)")
+        verdict = close(what, given, expected, "", atol=0.0, rtol=0.0)
         if not verdict:
             return verdict
-    return Verdict(True, "out_proj.weight[:, h*D:(h+1)*D] = 0 removes head h's term from the "
-                         "sum over heads (chapter 8)")
+    return Verdict(True, "key/value head g serves query heads g*H/H_kv to (g+1)*H/H_kv - 1, "
+                         "as repeat_interleave gives")
+
+
+def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
+    """Exercise 14.3: ``fn(q_len, past)`` is the bool mask ``(q_len, past + q_len)`` for a
+    chunk of ``q_len`` new tokens after ``past`` cached ones (True = may attend)."""
+    for q_len, past in ((1, 0), (1, 5), (3, 4), (4, 0), (2, 7)):
+        expected = causal_mask(q_len, past + q_len)
+        try:
+            given = fn(q_len, past)
+        except Exception as error:  # the reader's code: report, do not crash the notebook
+            return Verdict(False, f"fn({q_len}, {past}) raised {type(error).__name__}: {error}")
+        if not isinstance(given, torch.Tensor) or given.dtype != torch.bool:
+            return Verdict(False, f"fn({q_len}, {past}) should be a bool tensor, got "
+                                  f"{getattr(given, 'dtype', type(given).__name__)}")
+        top_left = torch.ones(q_len, past + q_len, dtype=torch.bool).tril()
+        if past and given.shape == expected.shape and torch.equal(given, top_left):
+            return Verdict(False, f"fn({q_len}, {past}) is aligned top-left (like SDPA's "
+                                  f"is_causal=True): the new tokens would not see the cache")
+        verdict = close(f"fn({q_len}, {past})", given.float(), expected.float(), "",
+                        atol=0.0, rtol=0.0)
+        if not verdict:
+            return verdict
+    return Verdict(True, "new token i is position past + i: it sees keys 0 to past + i, "
+                         "as causal_mask(q_len, past + q_len) does")
