@@ -28,7 +28,7 @@ def check_onehot_embedding(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tens
         verdict = close(name, given, F.embedding(ids, weight), "")
         if not verdict:
             return verdict
-    return Verdict(True, "one-hot rows times the table pick out the same rows as nn.Embedding")
+    return Verdict(True, "one-hot rows @ the table pick the rows nn.Embedding picks")
 
 
 def check_padding_embedding(embedding: nn.Embedding, vectors: torch.Tensor) -> Verdict:
@@ -47,8 +47,7 @@ def check_padding_embedding(embedding: nn.Embedding, vectors: torch.Tensor) -> V
         return Verdict(False, "row 0 of the table (the <pad> vector) should be all zeros")
     ids, _ = encode([*SENTENCES, "What is next?"], stoi, pad_id=0)
     return close("vectors", vectors, embedding(ids).detach(),
-                 "15 rows, <pad> is a zero vector, and the three padded positions of the "
-                 "last sentence are zeros")
+                 "15 rows, <pad> is zeros, and so are the 3 padded positions")
 
 
 def check_embedding_parameters(n: int) -> Verdict:

@@ -39,5 +39,6 @@ def check_shift_matrix(M: torch.Tensor, k: int = 3, d_model: int = 8) -> Verdict
         return Verdict(False, f"M should have shape {(d_model, d_model)}, got {tuple(M.shape)}")
     shifted = pe[:-k] @ M.detach().to(pe.dtype).T  # row pos holds M @ PE[pos]
     return close(f"M @ PE[pos] for pos = 0..63 (compared with PE[pos + {k}])", shifted, pe[k:],
-                 f"one matrix moves every position {k} steps on: a rotation per sin/cos pair",
+                 f"one matrix moves every position {k} steps on, a rotation "
+                 "per pair",
                  atol=1e-4, rtol=0.0)
