@@ -13,7 +13,7 @@ __all__ = ["check_tokenizer", "check_vocab", "check_padded_batch", "strip_all_pu
 
 
 def strip_all_punctuation(text: str) -> list[str]:
-    """The answer to exercise 1.1: :func:`~mha_lib.tokenize` that also drops commas."""
+    """The answer to Exercise 1.1: :func:`~mha_lib.tokenize` that also drops commas."""
     return tokenize(text.replace(",", ""))
 
 

@@ -34,8 +34,7 @@ def check_projection(fn: Projection) -> Verdict:
         verdict = close(name, given, F.linear(x, weight, bias), "")
         if not verdict:
             return verdict
-    return Verdict(True, "x @ weight.T + bias, the same numbers as nn.Linear, "
-                         "also when d_in != d_out")
+    return Verdict(True, "x @ weight.T + bias, as nn.Linear, also for d_in != d_out")
 
 
 def check_fused_projection(fn: FusedProjection) -> Verdict:

@@ -38,11 +38,11 @@ def check_split_heads(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdic
         verdict = close(name, given, expected, "")
         if not verdict:
             return verdict
-    return Verdict(True, "(B, L, H*D) -> (B, H, L, D), head h holding columns h*D..(h+1)*D-1")
+    return Verdict(True, "(B, L, H*D) -> (B, H, L, D), head h = columns h*D..(h+1)*D-1")
 
 
 def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
-    """Exercise 5.2: ``fn(x)`` maps ``(B, H, L, D)`` back to ``(B, L, H*D)`` as
+    """Exercise 5.3: ``fn(x)`` maps ``(B, H, L, D)`` back to ``(B, L, H*D)`` as
     :func:`~mha_lib.merge_heads` does, the inverse of :func:`~mha_lib.split_heads`."""
     for x, num_heads in _inputs():
         heads = split_heads(x, num_heads)
@@ -54,11 +54,11 @@ def check_merge_heads(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
         verdict = close(name, given, merge_heads(heads), "")
         if not verdict:
             return verdict
-    return Verdict(True, "(B, H, L, D) -> (B, L, H*D), and fn(split_heads(x, H)) gives x back")
+    return Verdict(True, "(B, H, L, D) -> (B, L, H*D); fn(split_heads(x, H)) is x")
 
 
 def check_head_columns(fn: Callable[[torch.Tensor, int, int], torch.Tensor]) -> Verdict:
-    """Exercise 5.3: ``fn(x, h, num_heads)`` returns head ``h`` of ``x`` ``(B, L, H*D)``
+    """Exercise 5.2: ``fn(x, h, num_heads)`` returns head ``h`` of ``x`` ``(B, L, H*D)``
     as a ``(B, L, D)`` tensor, the same as ``split_heads(x, num_heads)[:, h]``."""
     for x, num_heads in _inputs():
         for h in range(num_heads):

@@ -54,8 +54,8 @@ def check_attention(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
         verdict = _compare_pair(got, scaled_dot_product_attention(q, k, v), f"for {shape}")
         if not verdict:
             return verdict
-    return Verdict(True, "output and weights match mha_lib.scaled_dot_product_attention "
-                         "for self- and cross-attention shapes")
+    return Verdict(True, "output and weights as mha_lib's, for self- and "
+                         "cross-attention")
 
 
 def check_temperature(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float],
@@ -72,8 +72,8 @@ def check_temperature(fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, fl
         verdict = _compare_pair(got, want, f"at tau={tau}")
         if not verdict:
             return verdict
-    return Verdict(True, "the same as mha_lib.scaled_dot_product_attention with "
-                         "scale = 1 / (tau * sqrt(D)) for tau = 0.25, 1 and 3")
+    return Verdict(True, "as mha_lib's with scale = 1 / (tau sqrt(D)), "
+                         "tau = 0.25, 1, 3")
 
 
 def check_softmax_jacobian(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdict:
@@ -90,4 +90,4 @@ def check_softmax_jacobian(fn: Callable[[torch.Tensor], torch.Tensor]) -> Verdic
                         atol=1e-6, rtol=1e-5)
         if not verdict:
             return verdict
-    return Verdict(True, "J = diag(p) - p p^T, the same as autograd's Jacobian of the softmax")
+    return Verdict(True, "J = diag(p) - p p^T, as autograd's Jacobian of the softmax")
