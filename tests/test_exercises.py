@@ -46,3 +46,113 @@ def test_parameter_count_checkers():
         lambda h, d, dk, dv: d * h * dk * 2 + h * dk * 2 + d * h * dv + h * dv
         + h * dv * d + d + 2 * d)
     assert not check_einsum_num_parameters(lambda h, d, dk, dv: 0)
+
+
+def test_chapter_2_checkers():
+    from torch import nn
+
+    from mha_lib.exercises.chapter02 import (
+        check_embedding_parameters,
+        check_onehot_embedding,
+        check_padding_embedding,
+    )
+
+    assert check_onehot_embedding(lambda ids, w: torch.nn.functional.embedding(ids, w))
+    assert not check_onehot_embedding(lambda ids, w: w[ids] + 1)
+    stoi = build_vocab(SENTENCES, specials=("<pad>",))
+    ids, _ = encode([*SENTENCES, "What is next?"], stoi, pad_id=0)
+    good = nn.Embedding(len(stoi), 8, padding_idx=0)
+    assert check_padding_embedding(good, good(ids))
+    no_pad = nn.Embedding(len(stoi), 8)  # row 0 is random, not zeros
+    assert not check_padding_embedding(no_pad, no_pad(ids))
+    assert check_embedding_parameters(50257 * 768)
+    assert not check_embedding_parameters(50257 * 768 + 768)  # a bias it does not have
+
+
+def test_chapter_3_checkers():
+    from mha_lib.exercises.chapter03 import check_shift_matrix, check_sinusoidal
+    from mha_lib.positional import sinusoidal_encoding
+
+    assert check_sinusoidal(sinusoidal_encoding)
+    swapped = lambda n, d: sinusoidal_encoding(n, d).flip(-1)  # noqa: E731 (cos, sin order)
+    assert not check_sinusoidal(swapped)
+    omega = 10000.0 ** (-torch.arange(0, 8, 2) / 8)
+    blocks = [torch.tensor([[torch.cos(3 * w), torch.sin(3 * w)],
+                            [-torch.sin(3 * w), torch.cos(3 * w)]]) for w in omega]
+    assert check_shift_matrix(torch.block_diag(*blocks), k=3)
+    assert not check_shift_matrix(torch.block_diag(*blocks).T, k=3)  # rotates backwards
+    assert not check_shift_matrix(torch.eye(8), k=3)
+
+
+def test_chapter_4_checkers():
+    from mha_lib.exercises.chapter04 import (
+        check_fused_projection,
+        check_projection,
+        check_projection_parameters,
+    )
+
+    assert check_projection(lambda x, w, b: x @ w.T + b)
+    assert not check_projection(lambda x, w, b: x @ w + b)  # fails when d_in != d_out
+    assert check_fused_projection(lambda x, m: (m.q_proj(x), m.k_proj(x), m.v_proj(x)))
+    assert not check_fused_projection(lambda x, m: (m.q_proj(x), m.v_proj(x), m.k_proj(x)))
+    assert check_projection_parameters(3 * (512 * 512 + 512))
+    assert not check_projection_parameters(3 * 512 * 512)
+
+
+def test_chapter_5_checkers():
+    from mha_lib.exercises.chapter05 import (
+        check_head_columns,
+        check_merge_heads,
+        check_split_heads,
+    )
+    from mha_lib.heads import merge_heads, split_heads
+
+    assert check_split_heads(split_heads)
+    wrong = check_split_heads(lambda x, h: x.reshape(x.size(0), h, x.size(1), -1))
+    assert not wrong and "mixes tokens" in repr(wrong)
+    assert check_merge_heads(merge_heads)
+    assert not check_merge_heads(lambda x: x.reshape(x.size(0), x.size(2), -1))
+    assert check_head_columns(lambda x, h, n: split_heads(x, n)[:, h])
+    assert not check_head_columns(lambda x, h, n: x[..., h::n])  # strided, not a block
+
+
+def test_chapter_6_checkers():
+    import math
+
+    from mha_lib.attention import scaled_dot_product_attention
+    from mha_lib.exercises.chapter06 import (
+        check_attention,
+        check_softmax_jacobian,
+        check_temperature,
+    )
+
+    assert check_attention(scaled_dot_product_attention)
+    unscaled = lambda q, k, v: scaled_dot_product_attention(q, k, v, scale=1.0)  # noqa: E731
+    assert not check_attention(unscaled)
+    assert check_temperature(lambda q, k, v, tau: scaled_dot_product_attention(
+        q, k, v, scale=1 / (tau * math.sqrt(q.size(-1)))))
+    assert not check_temperature(lambda q, k, v, tau: scaled_dot_product_attention(
+        q, k, v, scale=tau / math.sqrt(q.size(-1))))  # multiplies by tau instead
+    jac = lambda s: torch.diag(s.softmax(-1)) - torch.outer(s.softmax(-1), s.softmax(-1))  # noqa: E731
+    assert check_softmax_jacobian(jac)
+    assert not check_softmax_jacobian(lambda s: torch.diag(s.softmax(-1)))
+
+
+def test_chapter_7_checkers():
+    from mha_lib.attention import masked_softmax
+    from mha_lib.exercises.chapter07 import (
+        check_decoder_mask,
+        check_padding_mask,
+        check_safe_softmax,
+    )
+    from mha_lib.masks import causal_mask, padding_mask
+
+    assert check_padding_mask(padding_mask)
+    assert not check_padding_mask(lambda n, m: padding_mask(n + 1, m))  # one too many
+    decoder = lambda n: padding_mask(n) & causal_mask(int(n.max()))  # noqa: E731
+    assert check_decoder_mask(decoder)
+    assert not check_decoder_mask(lambda n: padding_mask(n).expand(-1, 1, int(n.max()), -1))
+    assert check_safe_softmax(masked_softmax)
+    finite = check_safe_softmax(lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1))
+    assert not finite and "sees no key" in repr(finite)
+    assert not check_safe_softmax(lambda s, m: masked_softmax(s.float(), m))  # wrong dtype
