@@ -96,5 +96,4 @@ def check_d2l_to_mha(fn: Callable[[D2LMultiHeadAttention], MultiHeadAttention]) 
                             f"{tuple(valid_lens.shape)})", given, want, "")
             if not verdict:
                 return verdict
-    return Verdict(True, "W_q, W_k, W_v, W_o -> q_proj, k_proj, v_proj, out_proj: "
-                         "same as d2l")
+    return Verdict(True, "W_q, W_k, W_v, W_o -> q_proj, k_proj, v_proj, out_proj")
