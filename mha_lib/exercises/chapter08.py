@@ -30,28 +30,43 @@ def check_concat_heads(fn: Callable[[list[torch.Tensor]], torch.Tensor]) -> Verd
                         merge_heads(x), "", atol=0.0, rtol=0.0)
         if not verdict:
             return verdict
-    return Verdict(True, "head h fills features h*D to (h+1)*D of every token, as merge_heads does")
+    return Verdict(True, "head h fills features h*D to (h+1)*D, as in merge_heads")
 
 
 def check_masked_self_attention(mha: MultiHeadAttention, x: torch.Tensor,
-                                output: torch.Tensor) -> Verdict:
-    """Exercise 8.2: ``output`` is ``mha``'s self-attention over ``x`` ``(3, 6, d_model)``
-    where sentence ``b`` has ``[6, 4, 3][b]`` real tokens and no token sees its future."""
+                                lengths: torch.Tensor, output: torch.Tensor) -> Verdict:
+    """Exercise 8.2: ``output`` is ``mha``'s self-attention over the padded batch ``x``
+    ``(B, L, d_model)`` where sentence ``b`` has ``lengths[b]`` real tokens (then pads),
+    no token attends a pad and no token sees its future."""
     if not isinstance(mha, MultiHeadAttention):
         return Verdict(False, f"mha should be a mha_lib.MultiHeadAttention, "
                               f"got {type(mha).__name__}")
-    if not isinstance(x, torch.Tensor) or tuple(x.shape) != (3, 6, mha.d_model):
-        return Verdict(False, f"x should be the running example of shape (3, 6, {mha.d_model})")
-    mask = padding_mask(torch.tensor([6, 4, 3]), 6) & causal_mask(6)  # (B, 1, Lq, Lk)
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.size(-1) != mha.d_model:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        return Verdict(False, f"x should be the padded batch (B, L, {mha.d_model}), "
+                              f"got {got}")
+    batch, length = x.shape[:2]
+    if not isinstance(lengths, torch.Tensor) or tuple(lengths.shape) != (batch,):
+        got = tuple(lengths.shape) if isinstance(lengths, torch.Tensor) \
+            else type(lengths).__name__
+        return Verdict(False, f"lengths should be a tensor of shape ({batch},), one "
+                              f"length per sentence, got {got}")
+    pad = padding_mask(lengths, length)  # (B, 1, 1, Lk)
+    causal = causal_mask(length)  # (Lq, Lk)
     with torch.no_grad():
-        expected, _ = mha(x, mask=mask)
-        only_padding, _ = mha(x, mask=padding_mask(torch.tensor([6, 4, 3]), 6))
-        only_causal, _ = mha(x, mask=causal_mask(6))
+        expected, _ = mha(x, mask=pad & causal)
+        only_padding, _ = mha(x, mask=pad)
+        only_causal, _ = mha(x, mask=causal)
     if isinstance(output, torch.Tensor) and output.shape == expected.shape:
-        if torch.allclose(output.detach(), only_padding, atol=1e-5, rtol=1e-5):
-            return Verdict(False, "this is the padding mask alone: tokens still see their future")
-        if torch.allclose(output.detach(), only_causal, atol=1e-5, rtol=1e-5):
-            return Verdict(False, "this is the causal mask alone: padded keys are still attended")
+        given = output.detach()
+        if torch.allclose(given, only_padding, atol=1e-5, rtol=1e-5) \
+                and not torch.allclose(given, expected, atol=1e-5, rtol=1e-5):
+            return Verdict(False, "this is the padding mask alone: "
+                                  "tokens still see their future")
+        if torch.allclose(given, only_causal, atol=1e-5, rtol=1e-5) \
+                and not torch.allclose(given, expected, atol=1e-5, rtol=1e-5):
+            return Verdict(False, "this is the causal mask alone: the pads still "
+                                  "attend to pads")
     return close("output", output, expected,
                  "padding AND causal: each token sees the real tokens up to itself")
 
@@ -68,5 +83,4 @@ def check_num_parameters(fn: Callable[[int, int, bool], int]) -> Verdict:
     cases = ((8, 4, True), (8, 2, True), (512, 8, True), (512, 8, False), (768, 12, True),
              (96, 1, False))
     return check_calls(fn, cases, _num_parameters,
-                       "4 * (d_model**2 + d_model) with bias, 4 * d_model**2 without: "
-                       "the number of heads does not change it")
+                       "4 * d_model**2, + 4 * d_model with bias, whatever num_heads")

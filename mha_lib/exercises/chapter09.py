@@ -38,8 +38,7 @@ def check_repeat_lens(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdic
                            "folded rows are sample-major, b*H + h)"
                 return Verdict(False, f"fn({valid_lens.tolist()}, {num_heads}) should be "
                                       f"{expected.tolist()}, got {given.tolist()}{hint}")
-    return Verdict(True, "each sample's lengths appear num_heads times in a row, "
-                         "matching the folded rows b*H + h")
+    return Verdict(True, "each length repeated num_heads times in a row: row b*H + h")
 
 
 def check_unfold_weights(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
@@ -97,5 +96,4 @@ def check_d2l_to_mha(fn: Callable[[D2LMultiHeadAttention], MultiHeadAttention]) 
                             f"{tuple(valid_lens.shape)})", given, want, "")
             if not verdict:
                 return verdict
-    return Verdict(True, "W_q, W_k, W_v, W_o became q_proj, k_proj, v_proj, out_proj: "
-                         "the same numbers as d2l")
+    return Verdict(True, "W_q, W_k, W_v, W_o -> q_proj, k_proj, v_proj, out_proj")

@@ -53,8 +53,7 @@ def check_to_torch(fn: Callable[[MultiHeadAttention], nn.MultiheadAttention]) ->
                 if not verdict:
                     return Verdict(False, verdict.message + ": is in_proj_weight [W_q; W_k; W_v], "
                                           "stacked along dim 0, biases included?")
-    return Verdict(True, "in_proj_weight = cat([W_q, W_k, W_v]), out_proj copied: "
-                         "nn.MultiheadAttention gives the same numbers")
+    return Verdict(True, "in_proj_weight = cat([W_q, W_k, W_v]), out_proj copied")
 
 
 def check_torch_masks(
@@ -93,8 +92,7 @@ def check_torch_masks(
         verdict = close(f"the output with fn({valid_lens.tolist()}, {length})", given, want, "")
         if not verdict:
             return verdict
-    return Verdict(True, "key_padding_mask = ~valid (B, Lk), attn_mask = ~causal (L, L): "
-                         "True means blocked in nn.MultiheadAttention")
+    return Verdict(True, "key_padding_mask = ~valid, attn_mask = ~causal: True = blocked")
 
 
 def check_sdpa_attention(fn: Callable[[MultiHeadAttention, torch.Tensor, torch.Tensor | None],
@@ -119,5 +117,4 @@ def check_sdpa_attention(fn: Callable[[MultiHeadAttention, torch.Tensor, torch.T
                             given, want, "")
             if not verdict:
                 return verdict
-    return Verdict(True, "the fused kernel takes the library's bool mask as it is: "
-                         "True = may attend")
+    return Verdict(True, "the fused kernel takes the library's bool mask as it is")
