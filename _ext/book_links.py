@@ -9,6 +9,9 @@
 2. Solution code cells carry a first line ``# @title Solution ...`` for Colab's form view
    (see ``tests/front_matter.py``); the HTML book drops that line, since its solution
    dropdown already says what it is.
+3. A BibTeX title may hold TeX math (``{$O(n^2)$}``); pybtex writes it as plain text with
+   its dollars. After sphinxcontrib-bibtex has built the bibliography, ``$...$`` in a
+   citation becomes a math node, which MathJax typesets.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 import yaml
 from docutils import nodes
 from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -28,6 +32,7 @@ CHAPTERS_RE = re.compile(
     r"\b(?P<word>[Cc]hapters?)\s+(?P<nums>\d+(?:(?:\s*,\s*|\s+and\s+|\s+to\s+|-)\d+)*)\b")
 NUMBER_RE = re.compile(r"\d+")
 COLAB_TITLE_RE = re.compile(r"^# ?@title\b[^\n]*\n?")
+INLINE_MATH_RE = re.compile(r"\$([^$\n]+)\$")
 
 
 def chapter_docnames(toc: Path) -> dict[int, str]:
@@ -94,7 +99,36 @@ def _doctree_read(app: Sphinx, doctree: nodes.document) -> None:
     drop_colab_titles(doctree)
 
 
+def typeset_citation_math(doctree: nodes.Element) -> int:
+    """Replace ``$...$`` in the text of citations by math nodes; return how many."""
+    count = 0
+    for citation in list(doctree.findall(nodes.citation)):
+        for text in list(citation.findall(nodes.Text)):
+            parts = INLINE_MATH_RE.split(str(text))
+            if len(parts) == 1 or isinstance(text.parent, (nodes.literal, nodes.math)):
+                continue
+            new: list[nodes.Node] = []
+            for i, part in enumerate(parts):
+                if i % 2:
+                    new.append(nodes.math(part, part))
+                    count += 1
+                elif part:
+                    new.append(nodes.Text(part))
+            text.parent.replace(text, new)
+    return count
+
+
+class CitationMath(SphinxPostTransform):
+    """:func:`typeset_citation_math`, after sphinxcontrib-bibtex's bibliography (5)."""
+
+    default_priority = 50
+
+    def run(self, **kwargs: object) -> None:
+        typeset_citation_math(self.document)
+
+
 def setup(app: Sphinx) -> dict:
     app.connect("autodoc-process-docstring", _process_docstring)
     app.connect("doctree-read", _doctree_read)
+    app.add_post_transform(CitationMath)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

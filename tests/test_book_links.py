@@ -64,3 +64,14 @@ def test_colab_title_line_is_dropped_from_code_blocks() -> None:
     blocks = list(doc.findall(nodes.literal_block))
     assert [b.astext() for b in blocks] == ["x = 1", "# a comment\nx = 2"]
     assert blocks[0].rawsource == "x = 1"
+
+
+def test_tex_math_in_a_citation_becomes_a_math_node() -> None:
+    doc = new_document("test")
+    citation = nodes.citation()
+    citation += nodes.paragraph("", "", nodes.Text("Self-attention does not need $O(n^2)$ memory."))
+    doc += citation
+    assert book_links.typeset_citation_math(doc) == 1
+    paragraph = next(doc.findall(nodes.paragraph))
+    assert [type(n).__name__ for n in paragraph.children] == ["Text", "math", "Text"]
+    assert paragraph.children[1].astext() == "O(n^2)"
