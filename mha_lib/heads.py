@@ -21,7 +21,13 @@ def _check_heads(name: str, x: torch.Tensor, num_heads: int) -> None:
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """``(B, L, H*D)`` -> ``(B, H, L, D)``: view the features as heads, then bring the
-    head axis before the length axis. Derived in chapter 5."""
+    head axis before the length axis. Derived in chapter 5.
+
+    Args:
+        x: Queries, keys or values ``(B, L, d_model)``.
+        num_heads: ``H``, a divisor of ``d_model``; each head gets ``D = d_model / H``
+            features.
+    """
     check_tensor("x", x, ("B", "L", "d_model"), floating=False)
     _check_heads("x", x, num_heads)
     batch, length, d_model = x.shape
@@ -31,7 +37,11 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """``(B, H, L, D)`` -> ``(B, L, H*D)``: the inverse of :func:`split_heads`
-    (concatenate the heads). Derived in chapter 5, used in chapter 8."""
+    (concatenate the heads). Derived in chapter 5, used in chapter 8.
+
+    Args:
+        x: One tensor per head, ``(B, H, L, D)``.
+    """
     check_tensor("x", x, ("B", "H", "L", "D"), floating=False)
     batch, num_heads, length, head_dim = x.shape
     x = x.transpose(1, 2)  # (B, L, H, D)
@@ -40,7 +50,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
     """d2l's ``(B, L, H*D)`` -> ``(B*H, L, D)``: heads folded into the batch, so a
-    batched matmul attends every head at once. Derived in chapter 9."""
+    batched matmul attends every head at once. Derived in chapter 9.
+
+    Args:
+        X: Queries, keys or values ``(B, L, num_hiddens)`` (d2l's names).
+        num_heads: ``H``, a divisor of ``num_hiddens``.
+    """
     check_tensor("X", X, ("B", "L", "num_hiddens"), floating=False)
     _check_heads("X", X, num_heads)
     X = X.reshape(X.shape[0], X.shape[1], num_heads, X.shape[2] // num_heads)  # (B, L, H, D)
@@ -50,7 +65,12 @@ def transpose_qkv(X: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def transpose_output(X: torch.Tensor, num_heads: int) -> torch.Tensor:
     """d2l's ``(B*H, L, D)`` -> ``(B, L, H*D)``: the inverse of :func:`transpose_qkv`.
-    Derived in chapter 9."""
+    Derived in chapter 9.
+
+    Args:
+        X: The heads folded into the batch, ``(B*H, L, D)``.
+        num_heads: ``H``, a divisor of ``X.shape[0]``.
+    """
     check_tensor("X", X, ("B*H", "L", "D"), floating=False)
     check_positive_int("num_heads", num_heads)
     if X.shape[0] % num_heads:

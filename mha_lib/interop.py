@@ -17,7 +17,11 @@ __all__ = ["to_torch_mha", "from_torch_mha"]
 
 def to_torch_mha(m: MultiHeadAttention) -> nn.MultiheadAttention:
     """An ``nn.MultiheadAttention(batch_first=True)`` with ``m``'s weights, dropout,
-    device, dtype and train/eval mode. Derived in chapter 11."""
+    device, dtype and train/eval mode. Derived in chapter 11.
+
+    Args:
+        m: The module to copy (one key/value head per query head).
+    """
     if not isinstance(m, MultiHeadAttention):
         raise TypeError(f"m: expected a mha_lib.MultiHeadAttention, got {type(m).__name__}")
     if m.num_kv_heads != m.num_heads:
@@ -41,7 +45,12 @@ def to_torch_mha(m: MultiHeadAttention) -> nn.MultiheadAttention:
 def from_torch_mha(t: nn.MultiheadAttention) -> MultiHeadAttention:
     """A :class:`MultiHeadAttention` with ``t``'s weights (the inverse of
     :func:`to_torch_mha`). ``t`` may be batch first or not: weights do not care, but
-    the returned module always takes batch-first input. Derived in chapter 11."""
+    the returned module always takes batch-first input. Derived in chapter 11.
+
+    Args:
+        t: The PyTorch module to copy, with ``kdim == vdim == embed_dim`` and without
+            ``add_bias_kv`` or ``add_zero_attn``.
+    """
     if not isinstance(t, nn.MultiheadAttention):
         raise TypeError(f"t: expected a torch.nn.MultiheadAttention, got {type(t).__name__}")
     if not t._qkv_same_embed_dim:

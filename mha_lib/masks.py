@@ -20,6 +20,11 @@ def causal_mask(q_len: int, k_len: int | None = None, device: torch.device | str
     With ``Lq == Lk`` (the default) this is the lower triangle: no token sees its future.
     With ``Lk > Lq`` the queries are the last ``Lq`` positions (decoding with a KV cache).
     Derived in chapter 7.
+
+    Args:
+        q_len: The number of queries ``Lq``.
+        k_len: The number of keys ``Lk``; defaults to ``q_len``.
+        device: Where to create the mask (default: PyTorch's default device).
     """
     k_len = q_len if k_len is None else k_len
     for name, value in (("q_len", q_len), ("k_len", k_len)):
@@ -35,6 +40,11 @@ def padding_mask(valid_lens: torch.Tensor, max_len: int | None = None) -> torch.
     ``valid_lens`` ``(B,)`` gives ``(B, 1, 1, Lk)``; ``(B, Lq)`` (one length per query,
     as d2l allows) gives ``(B, 1, Lq, Lk)``. Both broadcast to ``(B, H, Lq, Lk)``.
     ``max_len`` (``Lk``) defaults to the largest length. Derived in chapter 7.
+
+    Args:
+        valid_lens: How many keys (from the start) each sample may attend to: ``(B,)``,
+            or ``(B, Lq)`` for one length per query.
+        max_len: The number of keys ``Lk``, at least the largest length.
     """
     if not isinstance(valid_lens, torch.Tensor):
         raise TypeError(f"valid_lens: expected a tensor of shape (B,) or (B, Lq), "

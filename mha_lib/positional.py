@@ -19,8 +19,13 @@ def sinusoidal_encoding(length: int, d_model: int) -> torch.Tensor:
     """The table ``PE[pos, 2i] = sin(pos / 10000^(2i/d_model))``,
     ``PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))``: shape ``(length, d_model)``.
 
-    Computed as seed 001 does (``exp`` of a ``log``), so the numbers match it bit for bit.
-    Derived in chapter 3.
+    Computed as the running example's ``PositionalEncoding`` (Phillips' article) does,
+    ``exp`` of a ``log``, so the numbers match it bit for bit. Derived in chapter 3.
+
+    Args:
+        length: The number of positions (rows).
+        d_model: The width of each encoding (columns); even, one sin/cos pair per
+            frequency.
     """
     check_positive_int("length", length)
     check_positive_int("d_model", d_model)
@@ -39,6 +44,11 @@ class PositionalEncoding(nn.Module):
 
     The table is a buffer ``pe`` of shape ``(1, max_len, d_model)`` (saved, not trained).
     Derived in chapter 3.
+
+    Args:
+        d_model: The width of the embeddings it is added to.
+        dropout: The dropout probability applied after the addition.
+        max_len: The longest sequence it can encode (rows of the table).
     """
 
     def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
@@ -51,6 +61,11 @@ class PositionalEncoding(nn.Module):
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model).unsqueeze(0))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x + pe[:L]``, then dropout: same shape as ``x``.
+
+        Args:
+            x: Embeddings ``(B, L, d_model)`` with ``L <= max_len``.
+        """
         check_tensor("x", x, ("B", "L", self.d_model))
         if x.size(1) > self.max_len:
             raise ValueError(f"x: expected a sequence of at most max_len={self.max_len} "

@@ -16,8 +16,12 @@ __all__ = ["tokenize", "build_vocab", "encode"]
 def tokenize(text: str) -> list[str]:
     """Split ``text`` into lowercase tokens: drop ``!``, ``.``, ``?``, split on spaces.
 
-    Seed 001's tokenizer, kept as it is: a comma stays glued to its word
-    (``"Hello,"`` -> ``"hello,"``). Derived in chapter 1.
+    The tokenizer of the running example (Phillips' multi-head attention article), kept
+    as it is: a comma stays glued to its word (``"Hello,"`` -> ``"hello,"``).
+    Derived in chapter 1.
+
+    Args:
+        text: One sentence or document.
     """
     if not isinstance(text, str):
         raise TypeError(f"text: expected a str, got {type(text).__name__}")
@@ -30,7 +34,11 @@ def build_vocab(texts: Iterable[str], specials: Sequence[str] = ()) -> dict[str,
     """Map every distinct token of ``texts`` to an id: ``specials`` first, then the
     tokens in sorted order (so the ids do not depend on the order of ``texts``).
 
-    With no specials this is seed 001's ``stoi``. Derived in chapter 1.
+    With no specials this is the running example's ``stoi``. Derived in chapter 1.
+
+    Args:
+        texts: The texts to take the tokens from (a list of str, not one str).
+        specials: Tokens that get the first ids, in this order, e.g. ``["<pad>"]``.
     """
     _check_texts("texts", texts)
     _check_texts("specials", specials)
@@ -48,6 +56,13 @@ def encode(
     Returns ``(ids, lengths)``: ids ``(B, L)`` int64 with ``L`` the longest text, and
     lengths ``(B,)``, the number of real tokens per text (d2l's ``valid_lens``).
     Derived in chapter 1.
+
+    Args:
+        texts: One text or a list of ``B`` texts.
+        stoi: The vocabulary, token -> id (from :func:`build_vocab`); every token of
+            ``texts`` must be in it.
+        pad_id: The id that fills short texts up to the longest one; may be None only
+            when all texts have the same number of tokens.
     """
     if isinstance(texts, str):
         texts = [texts]

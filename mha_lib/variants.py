@@ -1,13 +1,15 @@
 """Two published variants, kept with their sources' names (chapters 9 and 10).
 
-* d2l (seed 003): heads folded into the batch with ``transpose_qkv``, masks given as
-  ``valid_lens``; ``DotProductAttention`` and ``D2LMultiHeadAttention``.
-* einsum / einops (seed 004): ``rearrange`` + ``einsum``, ``d_k != d_v`` allowed,
-  residual + LayerNorm; ``EinsumMultiHeadAttention``.
+* Dive into Deep Learning (d2l): heads folded into the batch with ``transpose_qkv``,
+  masks given as ``valid_lens``; ``DotProductAttention`` and ``D2LMultiHeadAttention``.
+* The einops documentation's rewrite of the attention-is-all-you-need-pytorch
+  repository: ``rearrange`` + ``einsum``, ``d_k != d_v`` allowed, residual + LayerNorm;
+  ``EinsumMultiHeadAttention``.
 
 Both use the library's mask convention (True = may attend) and its safe softmax, so a
 query with nothing to attend to gives zeros. Where that differs from the sources: d2l
-fills with minus a million and gives such a row uniform weights; seed 004 takes True = blocked.
+fills with minus a million and gives such a row uniform weights; the einops example
+takes True = blocked.
 
 Shape legend: B - batch, H - heads, Lq/Lk - query/key length, D - head dim.
 """
@@ -52,6 +54,9 @@ class DotProductAttention(nn.Module):
     returns ``(B, Lq, Dv)`` and keeps the weights in ``self.attention_weights``.
     ``valid_lens`` ``(B,)`` or ``(B, Lq)``: how many keys each query may see.
     Derived in chapter 9.
+
+    Args:
+        dropout: The dropout probability on the attention weights.
     """
 
     def __init__(self, dropout: float):
@@ -62,6 +67,15 @@ class DotProductAttention(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention output ``(B, Lq, Dv)``; the weights go to ``attention_weights``.
+
+        Args:
+            queries: ``(B, Lq, D)``.
+            keys: ``(B, Lk, D)``.
+            values: ``(B, Lk, Dv)``.
+            valid_lens: How many keys (from the start) each sample, ``(B,)``, or each
+                query, ``(B, Lq)``, may attend to; None lets every query see every key.
+        """
         check_tensor("queries", queries, ("B", "Lq", "D"))
         batch, q_len, d = queries.shape
         check_tensor("keys", keys, (batch, "Lk", d))
@@ -78,13 +92,23 @@ class DotProductAttention(nn.Module):
 
 
 class D2LMultiHeadAttention(nn.Module):
-    """d2l's multi-head attention (seed 003): projections ``W_q, W_k, W_v, W_o``, heads
-    folded into the batch dimension.
+    """d2l's multi-head attention: projections ``W_q, W_k, W_v, W_o``, heads folded
+    into the batch dimension.
 
     ``forward(queries (B, Lq, query_size), keys (B, Lk, key_size),
     values (B, Lk, value_size), valid_lens)`` returns ``(B, Lq, num_hiddens)``;
     ``valid_lens`` ``(B,)``, ``(B, Lq)`` or None, repeated for every head.
     Derived in chapter 9.
+
+    Args:
+        key_size: The width of the keys fed to ``W_k``.
+        query_size: The width of the queries fed to ``W_q``.
+        value_size: The width of the values fed to ``W_v``.
+        num_hiddens: The width of the projections and of the output (d2l's name for
+            ``d_model``).
+        num_heads: ``H``, a divisor of ``num_hiddens``.
+        dropout: The dropout probability on the attention weights.
+        bias: Whether the four projections have a bias (d2l: no).
     """
 
     def __init__(self, key_size: int, query_size: int, value_size: int, num_hiddens: int,
@@ -106,6 +130,15 @@ class D2LMultiHeadAttention(nn.Module):
 
     def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
                 valid_lens: torch.Tensor | None) -> torch.Tensor:
+        """The output ``(B, Lq, num_hiddens)``.
+
+        Args:
+            queries: ``(B, Lq, query_size)``.
+            keys: ``(B, Lk, key_size)``.
+            values: ``(B, Lk, value_size)``.
+            valid_lens: How many keys each sample, ``(B,)``, or each query, ``(B, Lq)``,
+                may attend to, or None for all of them (d2l passes it positionally).
+        """
         check_tensor("queries", queries, ("B", "Lq", self.W_q.in_features))
         batch = queries.size(0)
         check_tensor("keys", keys, (batch, "Lk", self.W_k.in_features))
@@ -129,14 +162,22 @@ class D2LMultiHeadAttention(nn.Module):
 
 
 class EinsumMultiHeadAttention(nn.Module):
-    """Seed 004's multi-head attention: ``rearrange`` + ``einsum``, per-head key size
-    ``d_k`` and value size ``d_v``, then ``LayerNorm(dropout(fc(heads)) + q)``.
+    """The einops documentation's multi-head attention (a rewrite of the
+    attention-is-all-you-need-pytorch repository's): ``rearrange`` + ``einsum``, per-head
+    key size ``d_k`` and value size ``d_v``, then ``LayerNorm(dropout(fc(heads)) + q)``.
 
     ``forward(q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model), mask=None)``
-    returns ``(output (B, Lq, d_model), attn (H, B, Lq, Lk))``: the seed's head-first
-    layout. ``mask`` follows the library (True = may attend, the seed's opposite):
-    ``(B, Lq, Lk)`` or ``(Lq, Lk)`` is shared by all heads, as in the seed; a 4-D mask
-    is read as ``(B, H, Lq, Lk)``. Derived in chapter 10.
+    returns ``(output (B, Lq, d_model), attn (H, B, Lq, Lk))``: the example's head-first
+    layout. ``mask`` follows the library (True = may attend; the example's is the
+    opposite): ``(B, Lq, Lk)`` or ``(Lq, Lk)`` is shared by all heads, as in the
+    example; a 4-D mask is read as ``(B, H, Lq, Lk)``. Derived in chapter 10.
+
+    Args:
+        n_head: ``H``, the number of heads.
+        d_model: The width of the inputs and of the output.
+        d_k: The width of one head's queries and keys.
+        d_v: The width of one head's values.
+        dropout: The dropout probability after the output projection ``fc``.
     """
 
     def __init__(self, n_head: int, d_model: int, d_k: int, d_v: int, dropout: float = 0.1):
@@ -159,6 +200,15 @@ class EinsumMultiHeadAttention(nn.Module):
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(output (B, Lq, d_model), attn (H, B, Lq, Lk))``.
+
+        Args:
+            q: Queries ``(B, Lq, d_model)``, also the residual added before the LayerNorm.
+            k: Keys ``(B, Lk, d_model)``.
+            v: Values ``(B, Lk, d_model)``.
+            mask: Bool (True = may attend) or float (added to the scores), ``(Lq, Lk)``,
+                ``(B, Lq, Lk)`` or ``(B, H, Lq, Lk)``; None attends everywhere.
+        """
         check_tensor("q", q, ("B", "Lq", self.d_model))
         check_tensor("k", k, (q.size(0), "Lk", self.d_model))
         check_tensor("v", v, (q.size(0), k.size(1), self.d_model))

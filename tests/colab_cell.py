@@ -5,7 +5,10 @@ without mha_lib. The first code cell of every notebook therefore installs it fro
 book's repository, and only there: locally (and under nbval, `make execute`, Binder) the
 ``if`` is false, the cell does nothing and prints nothing. The URL comes from
 ``repository.url`` in _config.yml, the one setting a publisher changes, so it is never
-typed by hand. The cell is tagged ``remove-cell``: the HTML book does not show it.
+typed by hand. The cell is tagged ``remove-cell``: the HTML book does not show it; its
+code is folded in JupyterLab (``jupyter.source_hidden``) and in Colab (form view, with a
+``# @title`` first line). ``tests/front_matter.py`` runs this together with the rest of
+a notebook's front matter (install note, chapter strip, folded solutions).
 
 Usage (from the repo root)::
 
@@ -20,6 +23,7 @@ cell (outputs of the other cells are kept); `tests/test_notebooks.py` checks the
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 from pathlib import Path
 
@@ -31,9 +35,14 @@ BOOK = REPO / "book"
 CONFIG = REPO / "_config.yml"
 
 CELL_ID = "colab-install"
-TAG = "remove-cell"
-FIRST_LINE = (
-    "# On Google Colab, install mha_lib from the book's repository; elsewhere this does nothing."
+TAG = "remove-cell"  # the HTML book leaves the cell out
+# JupyterLab folds the cell's code; Colab shows it as a form (its title line only).
+FOLDED = {"jupyter": {"source_hidden": True}, "cellView": "form"}
+# A Colab form title: Colab shows this line and folds the code (cellView "form" below).
+FIRST_LINE = "# @title Install mha_lib on Google Colab (elsewhere this does nothing)"
+# First lines of earlier versions of the cell, still recognised so that they get updated.
+LEGACY_FIRST_LINES = (
+    "# On Google Colab, install mha_lib from the book's repository; elsewhere this does nothing.",
 )
 
 
@@ -44,13 +53,15 @@ def repository_url(config: Path = CONFIG) -> str:
 
 
 def cell_source(url: str) -> str:
-    """The cell's code for a repository URL (plain Python, no IPython magics)."""
+    """The cell's code for a repository URL (plain Python, no IPython magics; lines of at
+    most 76 characters for a repository URL of up to 60)."""
     return (
         f"{FIRST_LINE}\n"
         "import subprocess, sys\n"
         'if "google.colab" in sys.modules:\n'
-        '    subprocess.run([sys.executable, "-m", "pip", "install", "-q", '
-        f'"git+{url}"], check=True)'
+        f'    url = "git+{url}"\n'
+        '    subprocess.run([sys.executable, "-m", "pip", "install", "-q", url],\n'
+        "                   check=True)"
     )
 
 
@@ -64,7 +75,7 @@ def book_notebooks(book: Path = BOOK) -> list[Path]:
 
 def is_colab_cell(cell: nbformat.NotebookNode) -> bool:
     return cell.cell_type == "code" and (
-        cell.get("id") == CELL_ID or cell.source.startswith(FIRST_LINE)
+        cell.get("id") == CELL_ID or cell.source.startswith((FIRST_LINE, *LEGACY_FIRST_LINES))
     )
 
 
@@ -74,17 +85,18 @@ def updated(nb: nbformat.NotebookNode, url: str) -> bool:
     wanted = cell_source(url)
     if code and is_colab_cell(nb.cells[code[0]]):
         cell = nb.cells[code[0]]
-        before = (cell.source, cell.get("id"), list(cell.metadata.get("tags", [])), cell.outputs)
+        before = nbformat.writes(nbformat.v4.new_notebook(cells=[cell]))
         cell.source = wanted
         cell.id = CELL_ID
         tags = cell.metadata.setdefault("tags", [])
         if TAG not in tags:
             tags.append(TAG)
+        cell.metadata.update(copy.deepcopy(FOLDED))
         cell.outputs = []
-        return before != (cell.source, cell.id, list(tags), cell.outputs)
+        return before != nbformat.writes(nbformat.v4.new_notebook(cells=[cell]))
     # Any other Colab cell further down is stale: drop it, then insert before the first code cell.
     nb.cells = [c for c in nb.cells if not is_colab_cell(c)]
-    cell = nbformat.v4.new_code_cell(wanted, metadata={"tags": [TAG]})
+    cell = nbformat.v4.new_code_cell(wanted, metadata={"tags": [TAG], **copy.deepcopy(FOLDED)})
     cell.id = CELL_ID
     first_code = next((i for i, c in enumerate(nb.cells) if c.cell_type == "code"), len(nb.cells))
     nb.cells.insert(first_code, cell)

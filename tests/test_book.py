@@ -207,3 +207,62 @@ def test_landing_page_states_the_pinned_torch() -> None:
     assert len(pins) == 1, f"requirements.txt should pin torch exactly once, found {pins}"
     intro = (REPO / "book" / "intro.md").read_text(encoding="utf-8")
     assert f"torch {pins[0]}" in intro, f"book/intro.md does not name torch {pins[0]}"
+
+
+def test_api_page_links_the_chapters_docstrings_name(api_soup: BeautifulSoup,
+                                                     toc_pages: list[str]) -> None:
+    """"Derived in chapter N" in a docstring is a link to chapter N (_ext/book_links.py)."""
+    links = [a for a in api_soup.select("article a[href]")
+             if re.fullmatch(r"[Cc]hapters? \d+|\d+", a.get_text(strip=True))]
+    assert len(links) >= 15, f"only {len(links)} chapter links on the API page"
+    for a in links:
+        number = int(re.search(r"\d+", a.get_text()).group())
+        target = a["href"].split("#")[0]
+        assert re.fullmatch(rf"{number:02d}_\w+\.html", target), (a.get_text(), target)
+    unlinked = [str(t).strip() for dd in api_soup.select("dl.py dd")
+                for t in dd.find_all(string=re.compile(r"\b[Cc]hapters?\s+\d"))
+                if t.find_parent("a") is None and t.find_parent("pre") is None]
+    assert not unlinked, f"chapter numbers left without a link: {unlinked}"
+
+
+def _described_parameters(dd) -> set[str]:
+    """Parameter names whose entry in the "Parameters" field list has a description
+    (text after the dash), not only the type that autodoc_typehints adds by itself."""
+    described = set()
+    for strong in dd.select("dl.field-list strong"):
+        entry = strong.find_parent("p") or strong.parent
+        text = entry.get_text(" ", strip=True)
+        if "\u2013" in text and len(text.split("\u2013", 1)[1].strip()) > 3:
+            described.add(strong.get_text(strip=True))
+    return described
+
+
+def test_api_page_shows_a_description_of_every_parameter(api_soup: BeautifulSoup) -> None:
+    """Every public function and class of mha_lib (and every forward) has each of its
+    parameters described ("Args:" in the docstring)."""
+    missing = []
+    for name in _public_names():
+        obj = getattr(mha_lib, name)
+        targets = [(name, obj)]
+        if isinstance(obj, type) and "forward" in vars(obj):
+            targets.append((f"{name}.forward", obj.forward))
+        for target, fn in targets:
+            dt = api_soup.find("dt", id=f"mha_lib.{target}")
+            if dt is None:
+                continue  # a missing entry fails test_api_page_documents_every_public_name
+            described = _described_parameters(dt.find_next_sibling("dd"))
+            missing += [f"{target}({p})" for p in _params(fn) if p not in described]
+    assert not missing, f"parameters without a description on the API page: {missing}"
+
+
+def test_api_page_has_tools_not_benchmark_api(api_soup: BeautifulSoup) -> None:
+    assert api_soup.find(id="tools") is not None
+    assert api_soup.find("dt", id=re.compile(r"^mha_lib\.(bench|decode_bench)\b")) is None
+    assert "python -m mha_lib.bench --help" in api_soup.get_text()
+
+
+def test_colab_titles_stay_out_of_the_book(built_book: Path, toc_pages: list[str]) -> None:
+    """Solution cells start with "# @title ..." for Colab's form view; the book drops it."""
+    leaked = [name for name in _notebook_pages(toc_pages)
+              if "@title" in (built_book / f"{name}.html").read_text(encoding="utf-8")]
+    assert not leaked, f"'# @title' lines shown in {leaked}"

@@ -106,6 +106,52 @@ async () => {
 """
 
 
+# Everything readers scroll past must fit the article column at 1280 px: code cells,
+# outputs (text and images), tables and display equations. Run after the page facts: it
+# opens every fold first (solutions, hidden inputs), so that folded content is measured
+# too. An element overflows when it is wider than its own scroll box (it would scroll
+# sideways) or reaches past the article column.
+OVERFLOW_JS = r"""
+() => {
+  document.querySelectorAll("details").forEach(d => { d.open = true; });
+  document.querySelectorAll(".toggle-hidden").forEach(e => e.classList.remove("toggle-hidden"));
+  const article = document.querySelector("article.bd-article") || document.querySelector("main");
+  if (!article) return [];
+  const style = getComputedStyle(article);
+  const col = article.getBoundingClientRect();
+  const left = col.left + parseFloat(style.paddingLeft) - 1;
+  const right = col.right - parseFloat(style.paddingRight) + 1;
+  const out = [];
+  const check = (kind, el, box, text) => {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) return;          // not laid out
+    const scrolls = box && box.scrollWidth > box.clientWidth + 1;
+    const beyond = r.right > right || r.left < left;
+    if (scrolls || beyond) {
+      out.push({kind, text: (text || el.innerText || "").trim().replace(/\s+/g, " ").slice(0, 50),
+                width: Math.round(Math.max(r.width, box ? box.scrollWidth : 0)),
+                column: Math.round(right - left)});
+    }
+  };
+  article.querySelectorAll("div.highlight pre").forEach(e =>
+      check(e.closest("div.cell_output") ? "output" : "code", e, e));
+  article.querySelectorAll("div.cell_output pre").forEach(e => {
+      if (!e.closest("div.highlight")) check("output", e, e); });
+  article.querySelectorAll("img").forEach(e =>
+      check("image", e, null, e.getAttribute("alt") || e.getAttribute("src")));
+  article.querySelectorAll("table").forEach(e => check("table", e, e.parentElement));
+  article.querySelectorAll('mjx-container[display="true"]').forEach(e =>
+      check("equation", e, e.closest("div.math") || e,
+            e.querySelector("mjx-assistive-mml") ? e.querySelector("mjx-assistive-mml").textContent
+                                                 : ""));
+  return out;
+}
+"""
+# Pages whose code is not the book's: viewcode's copies of the library's source, whose
+# lines are up to 100 characters (ruff's limit for mha_lib), shown as they are.
+OVERFLOW_EXEMPT = ("_modules/",)
+
+
 @dataclass
 class PageReport:
     path: str  # relative to the html root, e.g. "book/intro.html"
@@ -123,6 +169,7 @@ class PageReport:
     mathjax_problem: str = ""
     ids: set[str] = field(default_factory=set)
     links: list[str] = field(default_factory=list)
+    overflow: list[dict] = field(default_factory=list)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -223,6 +270,7 @@ def _visit(context, base: str, rel: str) -> PageReport:  # noqa: ANN001
                 report.mathjax_problem = f"MathJax did not load/typeset: {exc}"
         facts = page.evaluate(PAGE_FACTS_JS)
         report.raw_tex = page.evaluate(VISIBLE_PROSE_TEXT_JS)
+        report.overflow = page.evaluate(OVERFLOW_JS)
     finally:
         page.close()
     report.ids = set(facts["ids"])
@@ -401,6 +449,37 @@ def test_math_renders(site: dict) -> None:
     problems += [f"{r.path}: raw TeX delimiter in visible text: {t!r}"
                  for r in site.values() for t in r.raw_tex]
     _fail_if(problems, "math problems")
+
+
+def test_nothing_is_wider_than_the_column(site: dict) -> None:
+    """At 1280 px no code cell, output, image, table or display equation scrolls sideways
+    or reaches past the article column (folded solutions and inputs included)."""
+    problems = [f"{r.path}: {o['kind']} {o['width']} px in a {o['column']} px column: "
+                f"{o['text']!r}"
+                for r in site.values() if not r.path.startswith(OVERFLOW_EXEMPT)
+                for o in r.overflow]
+    _fail_if(problems, "elements wider than the article column at 1280 px")
+
+
+def test_overflow_check_catches_a_wide_code_block(server: str, browser_context,  # noqa: ANN001
+                                                  site: dict, toc_pages: list[str]) -> None:
+    """The overflow check is not vacuous: a too-wide code block planted in a chapter is
+    reported."""
+    page = browser_context.new_page()
+    try:
+        page.goto(server + f"{toc_pages[1]}.html", wait_until="load")
+        page.evaluate("""() => {
+          const block = document.createElement("div");
+          block.className = "highlight";
+          const pre = document.createElement("pre");
+          pre.textContent = "x = " + "1 + ".repeat(60) + "1";
+          block.appendChild(pre);
+          document.querySelector("article.bd-article").appendChild(block);
+        }""")
+        found = page.evaluate(OVERFLOW_JS)
+    finally:
+        page.close()
+    assert any(o["kind"] == "code" and o["text"].startswith("x = 1 + 1") for o in found), found
 
 
 def test_internal_links_and_anchors_resolve(site: dict, server: str, built_book: Path) -> None:

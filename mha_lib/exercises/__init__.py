@@ -5,7 +5,12 @@ Each ``check_*`` function takes the reader's answer and returns a
 ``Not yet: ...`` with a hint; ``bool(verdict)`` says whether the answer is right.
 A checker compares with the library, so a correct answer is one that agrees with
 ``mha_lib``. One module per chapter (``chapter01``, ``chapter02``, ...); every checker
-is also importable from here.
+is also importable from here, and so is ``SENTENCES``, the book's running example.
+
+Usage, in a notebook::
+
+    from mha_lib.exercises import check_attention
+    print(check_attention(attention))   # Correct: ... or Not yet: ...
 """
 
 from mha_lib.exercises.chapter01 import (

@@ -9,7 +9,8 @@ import torch
 
 __all__ = ["Verdict", "compare", "close", "check_calls", "SENTENCES"]
 
-# The running example of the book (seed 001): three sentences of six tokens each.
+# The book's running example (from Phillips' multi-head attention article): three
+# sentences of six tokens each.
 SENTENCES = [
     "I wonder what will come next!",
     "This is a basic example paragraph.",
@@ -22,6 +23,10 @@ class Verdict:
     """The outcome of a check: ``ok`` and a message for the reader.
 
     Prints as ``Correct: ...`` or ``Not yet: ...``; ``bool(verdict)`` is ``ok``.
+
+    Args:
+        ok: Whether the answer is right.
+        message: What was checked, or what is still wrong, with a hint.
     """
 
     ok: bool

@@ -1,0 +1,134 @@
+"""A local Sphinx extension for the book (loaded through ``sphinx.local_extensions``).
+
+1. mha_lib's docstrings stay plain text (``help()`` reads them too) and say "Derived in
+   chapter 5" or "(chapters 5, 9)". On the API page, autodoc runs them through
+   :func:`link_chapters`, which turns every chapter number into a link to that chapter.
+   Chapter numbers are counted from _toc.yml as Jupyter Book numbers them: through the
+   numbered parts in order, continuing from part to part. A number with no chapter is a
+   build warning (so ``-W`` fails).
+2. Solution code cells carry a first line ``# @title Solution ...`` for Colab's form view
+   (see ``tests/front_matter.py``); the HTML book drops that line, since its solution
+   dropdown already says what it is.
+3. A BibTeX title may hold TeX math (``{$O(n^2)$}``); pybtex writes it as plain text with
+   its dollars. After sphinxcontrib-bibtex has built the bibliography, ``$...$`` in a
+   citation becomes a math node, which MathJax typesets.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from docutils import nodes
+from sphinx.application import Sphinx
+from sphinx.transforms.post_transforms import SphinxPostTransform
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
+# "chapter 5", "Chapter 14", "chapters 5, 9", "chapters 4 to 8", "chapters 5 and 8"
+CHAPTERS_RE = re.compile(
+    r"\b(?P<word>[Cc]hapters?)\s+(?P<nums>\d+(?:(?:\s*,\s*|\s+and\s+|\s+to\s+|-)\d+)*)\b")
+NUMBER_RE = re.compile(r"\d+")
+COLAB_TITLE_RE = re.compile(r"^# ?@title\b[^\n]*\n?")
+INLINE_MATH_RE = re.compile(r"\$([^$\n]+)\$")
+
+
+def chapter_docnames(toc: Path) -> dict[int, str]:
+    """Chapter number -> docname (``book/05_splitting_heads``) from _toc.yml."""
+    data = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    docnames: list[str] = []
+    for part in data.get("parts", []):
+        if part.get("numbered"):
+            docnames += [str(Path(c["file"]).with_suffix("")) for c in part.get("chapters", [])]
+    return {i + 1: name for i, name in enumerate(docnames)}
+
+
+def link_chapters(line: str, docnames: dict[int, str], missing: list[int] | None = None) -> str:
+    """Turn the chapter numbers of ``line`` into reST ``:doc:`` links.
+
+    ``chapter 5`` -> ``:doc:`chapter 5 </book/05_x>```; ``chapters 5, 9`` ->
+    ``chapters :doc:`5 </book/05_x>`, :doc:`9 </book/09_y>```. Numbers with no chapter
+    stay as they are and are appended to ``missing``.
+    """
+    def one(number: str, title: str) -> str:
+        name = docnames.get(int(number))
+        if name is None:
+            if missing is not None:
+                missing.append(int(number))
+            return title
+        return f":doc:`{title} </{name}>`"
+
+    def replace(match: re.Match) -> str:
+        word, nums = match.group("word"), match.group("nums")
+        numbers = NUMBER_RE.findall(nums)
+        if len(numbers) == 1:
+            return one(numbers[0], f"{word} {nums}")
+        return f"{word} " + NUMBER_RE.sub(lambda m: one(m.group(), m.group()), nums)
+
+    return CHAPTERS_RE.sub(replace, line)
+
+
+def _process_docstring(app: Sphinx, what: str, name: str, obj: object, options: object,
+                       lines: list[str]) -> None:
+    docnames = chapter_docnames(Path(app.confdir) / "_toc.yml")
+    for i, line in enumerate(lines):
+        missing: list[int] = []
+        lines[i] = link_chapters(line, docnames, missing)
+        for number in missing:
+            logger.warning(f"{name}: docstring names chapter {number}, which _toc.yml "
+                           "does not have", type="book_links", subtype="chapter")
+
+
+def drop_colab_titles(doctree: nodes.document) -> int:
+    """Remove the ``# @title ...`` first line of code blocks; return how many."""
+    count = 0
+    for block in doctree.findall(nodes.literal_block):
+        text = block.astext()
+        if not COLAB_TITLE_RE.match(text):
+            continue
+        new = COLAB_TITLE_RE.sub("", text, count=1)
+        block.rawsource = new
+        block.children = [nodes.Text(new)]
+        count += 1
+    return count
+
+
+def _doctree_read(app: Sphinx, doctree: nodes.document) -> None:
+    drop_colab_titles(doctree)
+
+
+def typeset_citation_math(doctree: nodes.Element) -> int:
+    """Replace ``$...$`` in the text of citations by math nodes; return how many."""
+    count = 0
+    for citation in list(doctree.findall(nodes.citation)):
+        for text in list(citation.findall(nodes.Text)):
+            parts = INLINE_MATH_RE.split(str(text))
+            if len(parts) == 1 or isinstance(text.parent, (nodes.literal, nodes.math)):
+                continue
+            new: list[nodes.Node] = []
+            for i, part in enumerate(parts):
+                if i % 2:
+                    new.append(nodes.math(part, part))
+                    count += 1
+                elif part:
+                    new.append(nodes.Text(part))
+            text.parent.replace(text, new)
+    return count
+
+
+class CitationMath(SphinxPostTransform):
+    """:func:`typeset_citation_math`, after sphinxcontrib-bibtex's bibliography (5)."""
+
+    default_priority = 50
+
+    def run(self, **kwargs: object) -> None:
+        typeset_citation_math(self.document)
+
+
+def setup(app: Sphinx) -> dict:
+    app.connect("autodoc-process-docstring", _process_docstring)
+    app.connect("doctree-read", _doctree_read)
+    app.add_post_transform(CitationMath)
+    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,77 @@
+"""The local Sphinx extension _ext/book_links.py: "chapter N" in docstrings becomes a link
+to chapter N (numbered as _toc.yml numbers it), and Colab's "# @title" line of solution
+cells stays out of the book. The built API page is checked in tests/test_book.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from docutils import nodes
+from docutils.utils import new_document
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("book_links", REPO / "_ext" / "book_links.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+book_links = _load()
+DOCS = {1: "book/01_a", 5: "book/05_b", 8: "book/08_c", 9: "book/09_d", 13: "book/13_e"}
+
+
+def test_chapter_numbers_follow_the_toc_files() -> None:
+    docnames = book_links.chapter_docnames(REPO / "_toc.yml")
+    assert docnames[1] == "book/01_tokenization"
+    # Jupyter Book numbers on across parts: chapter N is book/NN_*.ipynb
+    for number, name in docnames.items():
+        assert Path(name).name.startswith(f"{number:02d}_"), (number, name)
+
+
+@pytest.mark.parametrize("line, linked", [
+    ("Derived in chapter 5.", "Derived in :doc:`chapter 5 </book/05_b>`."),
+    ("(chapter 13)", "(:doc:`chapter 13 </book/13_e>`)"),
+    ("Chapter 1 shows it.", ":doc:`Chapter 1 </book/01_a>` shows it."),
+    ("(chapters 5, 9)", "(chapters :doc:`5 </book/05_b>`, :doc:`9 </book/09_d>`)"),
+    ("chapters 5 and 8", "chapters :doc:`5 </book/05_b>` and :doc:`8 </book/08_c>`"),
+    ("Derived in chapter 5, used in chapter 8.",
+     "Derived in :doc:`chapter 5 </book/05_b>`, used in :doc:`chapter 8 </book/08_c>`."),
+    ("no chapter here; chapterless", "no chapter here; chapterless"),
+])
+def test_chapter_numbers_become_links(line: str, linked: str) -> None:
+    assert book_links.link_chapters(line, DOCS) == linked
+
+
+def test_a_chapter_that_does_not_exist_is_reported() -> None:
+    missing: list[int] = []
+    assert book_links.link_chapters("see chapter 42", DOCS, missing) == "see chapter 42"
+    assert missing == [42]
+
+
+def test_colab_title_line_is_dropped_from_code_blocks() -> None:
+    doc = new_document("test")
+    title = "# @title Solution to Exercise 6.1 (code folded: open it to read)\n"
+    doc += nodes.literal_block(title + "x = 1", title + "x = 1")
+    doc += nodes.literal_block("# a comment\nx = 2", "# a comment\nx = 2")
+    assert book_links.drop_colab_titles(doc) == 1
+    blocks = list(doc.findall(nodes.literal_block))
+    assert [b.astext() for b in blocks] == ["x = 1", "# a comment\nx = 2"]
+    assert blocks[0].rawsource == "x = 1"
+
+
+def test_tex_math_in_a_citation_becomes_a_math_node() -> None:
+    doc = new_document("test")
+    citation = nodes.citation()
+    citation += nodes.paragraph("", "", nodes.Text("Self-attention does not need $O(n^2)$ memory."))
+    doc += citation
+    assert book_links.typeset_citation_math(doc) == 1
+    paragraph = next(doc.findall(nodes.paragraph))
+    assert [type(n).__name__ for n in paragraph.children] == ["Text", "math", "Text"]
+    assert paragraph.children[1].astext() == "O(n^2)"

@@ -1,0 +1,51 @@
+"""The light install for readers: pyproject's `notebooks` extra, requirements-notebooks.txt
+and binder/ install what the chapters import, with the CPU build of torch, at the versions
+of requirements.txt (the maintainers' full pinned set), and mha_lib from this repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import tomllib
+
+REPO = Path(__file__).resolve().parent.parent
+CPU_INDEX = "--extra-index-url https://download.pytorch.org/whl/cpu"
+LIGHT = ("torch", "einops", "matplotlib", "ipykernel")
+
+
+def pins(path: Path) -> dict[str, str]:
+    found = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)\s*$", path.read_text(), re.MULTILINE)
+    return {name.lower(): version for name, version in found}
+
+
+def lines(path: Path) -> list[str]:
+    return [line.strip() for line in path.read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+
+
+def test_notebooks_extra_has_the_reader_tools() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert {"torch", "einops"} <= set(project["dependencies"])
+    assert set(project["optional-dependencies"]["notebooks"]) == {
+        "matplotlib", "jupyterlab", "ipykernel"}
+
+
+def test_requirements_notebooks_is_the_light_set_at_the_book_versions() -> None:
+    full, light = pins(REPO / "requirements.txt"), pins(REPO / "requirements-notebooks.txt")
+    assert set(light) == {*LIGHT, "jupyterlab"}, light
+    assert all(light[name] == full[name] for name in light), (light, full)
+    text = lines(REPO / "requirements-notebooks.txt")
+    assert text[0] == CPU_INDEX and "-e ." in text
+
+
+def test_binder_installs_the_light_set_with_cpu_torch() -> None:
+    full, binder = pins(REPO / "requirements.txt"), pins(REPO / "binder" / "requirements.txt")
+    assert binder.pop("torch") == full["torch"] + "+cpu"
+    assert set(binder) == set(LIGHT) - {"torch"}
+    assert all(binder[name] == full[name] for name in binder)
+    text = lines(REPO / "binder" / "requirements.txt")
+    assert text[0] == CPU_INDEX and text[-1] == "."
+    # repo2docker reads only binder/ when it exists: nothing there may pull the full set
+    assert sorted(p.name for p in (REPO / "binder").iterdir()) == [
+        "requirements.txt", "runtime.txt"]
