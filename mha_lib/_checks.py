@@ -1,7 +1,14 @@
-"""Input checks shared by every layer: each failure is a ``ValueError`` that names
-the argument, what was expected and what was given.
+"""Input checks shared by every layer: each failure is a ``ValueError`` or
+``TypeError`` that names the argument, what was expected and what was given.
 
-This private module imports nothing from the package, so every layer may use it.
+The checks read shapes, dtypes and devices, which a compiler knows while it
+traces. The one check that needs the numbers inside a tensor (a float mask
+of only 0s and 1s) is skipped while ``torch.compile`` or ``torch.export``
+traces the code: a value is not known then, and asking for it would break
+the graph. Eager calls, where mistakes are made and debugged, still run it.
+
+This private module imports nothing from the package, so every layer may use
+it.
 """
 
 from __future__ import annotations
@@ -10,8 +17,14 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["check_tensor", "check_mask", "check_positive_int", "check_probability",
-           "check_dtype", "shape_str"]
+__all__ = ["check_tensor", "check_mask", "check_positive_int",
+           "check_probability", "check_dtype", "check_device", "shape_str",
+           "tracing"]
+
+
+def tracing() -> bool:
+    """True while ``torch.compile`` or ``torch.export`` traces the code."""
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
 
 
 def shape_str(shape: Sequence[int | str]) -> str:
@@ -28,56 +41,67 @@ def check_tensor(
 ) -> torch.Tensor:
     """Check that ``x`` is a tensor of rank ``len(shape)`` whose sizes match.
 
-    ``shape`` holds ints (that size is required) or strings/None (any size); strings
-    only name the dimension in the message, e.g. ``("B", "L", 512)``.
+    ``shape`` holds ints (that size is required) or strings/None (any size);
+    strings only name the dimension in the message, e.g. ``("B", "L", 512)``.
     """
     if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor of shape {shape_str(shape)}, "
-                        f"got {type(x).__name__}")
+        raise TypeError(f"{name}: expected a torch.Tensor of shape "
+                        f"{shape_str(shape)}, got {type(x).__name__}")
     letters = [s if s is not None else "*" for s in shape]
     if x.dim() != len(shape):
-        raise ValueError(f"{name}: expected a {len(shape)}-D tensor of shape {shape_str(letters)}, "
-                         f"got a {x.dim()}-D tensor of shape {shape_str(x.shape)}")
+        raise ValueError(f"{name}: expected a {len(shape)}-D tensor of shape "
+                         f"{shape_str(letters)}, got a {x.dim()}-D tensor of "
+                         f"shape {shape_str(x.shape)}")
     for i, want in enumerate(shape):
         if isinstance(want, int) and x.shape[i] != want:
-            raise ValueError(f"{name}: expected shape {shape_str(letters)} with size {want} in "
-                             f"dimension {i}, got shape {shape_str(x.shape)}")
+            raise ValueError(f"{name}: expected shape {shape_str(letters)} "
+                             f"with size {want} in dimension {i}, got shape "
+                             f"{shape_str(x.shape)}")
     if floating and not x.is_floating_point():
-        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+        raise TypeError(f"{name}: expected a floating-point tensor, "
+                        f"got dtype {x.dtype}")
     return x
 
 
 def check_mask(mask: object, target: Sequence[int], letters: str,
                dtype: torch.dtype) -> torch.Tensor:
-    """Check that ``mask`` is bool (True = may attend) or float (added to the scores)
-    and broadcasts to ``target``, whose dimensions are named by ``letters``.
+    """Check that ``mask`` is bool (True = may attend) or float (added to
+    the scores) and broadcasts to ``target``, whose dimensions are named by
+    ``letters``.
 
-    A float mask of only 0s and 1s is refused: added to the scores it would mask
-    nothing, while its author (as in seeds 001 and 002, ``mask == 0`` = blocked)
-    almost surely meant a keep/drop mask, which is ``mask.bool()``.
+    A float mask of only 0s and 1s is refused: added to the scores it would
+    mask nothing, while its author (as in Phillips' Colab notebook and in a
+    typical from-scratch implementation, ``mask == 0`` = blocked) almost
+    surely meant a keep/drop mask, which is ``mask.bool()``.
     """
-    named = ", ".join(f"{a}={n}" for a, n in zip(letters.split(), target, strict=True))
+    named = ", ".join(f"{a}={n}"
+                      for a, n in zip(letters.split(), target, strict=True))
     if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask: expected a bool or float tensor broadcastable to ({named}), "
+        raise TypeError(f"mask: expected a bool or float tensor "
+                        f"broadcastable to ({named}), "
                         f"got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(f"mask: expected dtype torch.bool (True = may attend) or a floating "
-                        f"dtype (added to the scores), got {mask.dtype}")
-    if mask.is_floating_point() and mask.dtype != dtype:
-        raise TypeError(f"mask: expected a float mask in the scores' dtype {dtype}, "
+        raise TypeError(f"mask: expected dtype torch.bool (True = may "
+                        f"attend) or a floating dtype (added to the scores), "
                         f"got {mask.dtype}")
+    if mask.is_floating_point() and mask.dtype != dtype:
+        raise TypeError(f"mask: expected a float mask in the scores' dtype "
+                        f"{dtype}, got {mask.dtype}")
     try:
         broadcast = torch.broadcast_shapes(tuple(mask.shape), tuple(target))
     except RuntimeError:
         broadcast = None
     if broadcast != tuple(target):
-        raise ValueError(f"mask: expected a shape broadcastable to ({named}), "
-                         f"got {shape_str(mask.shape)}")
-    if mask.is_floating_point() and mask.numel() and bool(((mask == 0) | (mask == 1)).all()) \
+        raise ValueError(f"mask: expected a shape broadcastable to "
+                         f"({named}), got {shape_str(mask.shape)}")
+    if mask.is_floating_point() and mask.numel() and not tracing() \
+            and bool(((mask == 0) | (mask == 1)).all()) \
             and bool((mask == 1).any()):
-        raise ValueError("mask: expected a bool mask (True = may attend) or a float mask to "
-                         "add to the scores (0 = keep, -inf = block), got a float mask of only "
-                         "0s and 1s; for a keep (1) / drop (0) mask pass mask.bool()")
+        raise ValueError("mask: expected a bool mask (True = may attend) or "
+                         "a float mask to add to the scores (0 = keep, "
+                         "-inf = block), got a float mask of only 0s and "
+                         "1s; for a keep (1) / drop (0) mask pass "
+                         "mask.bool()")
     return mask
 
 
@@ -89,13 +113,27 @@ def check_positive_int(name: str, value: object) -> int:
 
 def check_probability(name: str, value: object) -> float:
     """A dropout probability: a number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ValueError(f"{name}: expected a probability in [0, 1], got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0 <= value <= 1:
+        raise ValueError(f"{name}: expected a probability in [0, 1], "
+                         f"got {value!r}")
     return value
 
 
-def check_dtype(name: str, x: torch.Tensor, dtype: torch.dtype, whose: str) -> torch.Tensor:
-    """``x.dtype == dtype``; ``whose`` says where ``dtype`` comes from, e.g. "the query's"."""
+def check_dtype(name: str, x: torch.Tensor, dtype: torch.dtype,
+                whose: str) -> torch.Tensor:
+    """``x.dtype == dtype``; ``whose`` says where ``dtype`` comes from, e.g.
+    "the query's"."""
     if x.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} ({whose}), got {x.dtype}")
+        raise TypeError(f"{name}: expected dtype {dtype} ({whose}), "
+                        f"got {x.dtype}")
+    return x
+
+
+def check_device(name: str, x: torch.Tensor, device: torch.device,
+                 whose: str) -> torch.Tensor:
+    """``x.device == device``; ``whose`` says where ``device`` comes from."""
+    if x.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} ({whose}), "
+                         f"got one on {x.device}")
     return x

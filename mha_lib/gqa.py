@@ -1,8 +1,10 @@
-"""Grouped-query and multi-query attention: fewer key/value heads (chapter 14).
+"""Grouped-query and multi-query attention: fewer key/value heads
+(chapter 14).
 
-Shape legend: B - batch, L - length, H - query heads, H_kv - key/value heads,
-D - head dim (d_model = H * D). Each key/value head serves ``H / H_kv`` query heads:
-``H_kv = H`` is multi-head attention, ``H_kv = 1`` multi-query attention.
+Shape legend: B - batch, L - length, H - query heads, H_kv - key/value
+heads, G = H / H_kv - query heads per key/value head, D - head dim
+(d_model = H * D). ``H_kv = H`` is multi-head attention, ``H_kv = 1``
+multi-query attention.
 """
 
 from __future__ import annotations
@@ -11,35 +13,64 @@ import torch
 from torch import nn
 
 from mha_lib._checks import check_positive_int
+from mha_lib.attention import scaled_dot_product_attention
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["GroupedQueryAttention"]
 
 
 class GroupedQueryAttention(MultiHeadAttention):
-    """:class:`~mha_lib.MultiHeadAttention` whose keys and values have ``num_kv_heads``
-    heads, each shared by ``num_heads // num_kv_heads`` query heads.
+    """:class:`~mha_lib.MultiHeadAttention` whose keys and values have
+    ``num_kv_heads`` heads, each shared by ``num_heads // num_kv_heads``
+    query heads.
 
-    ``k_proj`` and ``v_proj`` map ``d_model`` to ``num_kv_heads * head_dim``, so they (and a
-    :class:`~mha_lib.KVCache`) are ``num_heads / num_kv_heads`` times smaller. ``forward``
-    is the parent's: same arguments, same ``(output, weights | None)``. Chapter 14.
+    ``k_proj`` and ``v_proj`` map ``d_model`` to ``num_kv_heads * head_dim``,
+    so they (and a :class:`~mha_lib.KVCache`) are ``num_heads / num_kv_heads``
+    times smaller. ``forward`` is the parent's: same arguments, same
+    ``(output, weights | None)``. Neither path copies the keys and values
+    once per query head: the explicit path groups the queries by a reshape,
+    the fused one asks ``F.scaled_dot_product_attention`` for
+    ``enable_gqa=True``. Chapter 14.
+
+    Args:
+        d_model: Width of every token vector, ``H * D``.
+        num_heads: Number of query heads ``H``; must divide ``d_model``.
+        num_kv_heads: Number of key/value heads ``H_kv``; must divide
+            ``num_heads``.
+        dropout: Probability of zeroing an attention weight in training.
+        bias: Whether the four linear layers have biases.
     """
 
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int, dropout: float = 0.0,
-                 bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int,
+                 dropout: float = 0.0, bias: bool = True):
         super().__init__(d_model, num_heads, dropout, bias)
         check_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads:
-            raise ValueError(f"num_kv_heads: expected a divisor of num_heads={num_heads}, "
+            raise ValueError(f"num_kv_heads: expected a divisor of "
+                             f"num_heads={num_heads}, "
                              f"got num_kv_heads={num_kv_heads}")
         self.num_kv_heads = num_kv_heads
-        self.k_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=bias)
-        self.v_proj = nn.Linear(d_model, num_kv_heads * self.head_dim, bias=bias)
+        kv_dim = num_kv_heads * self.head_dim
+        self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
 
-    def _expand_kv(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, H_kv, L, D)`` -> ``(B, H, L, D)``: key/value head ``g`` is repeated for
-        query heads ``g * H/H_kv`` to ``(g + 1) * H/H_kv - 1``."""
-        return x.repeat_interleave(self.num_heads // self.num_kv_heads, dim=1)  # (B, H, L, D)
+    def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor,
+                            v: torch.Tensor, mask: torch.Tensor | None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query head ``h`` reads key/value head ``h // G``: view the ``H``
+        query heads as ``H_kv`` groups of ``G`` and let each group broadcast
+        against its one key/value head."""
+        group = self.num_heads // self.num_kv_heads
+        q = q.unflatten(1, (self.num_kv_heads, group))  # (B, H_kv, G, Lq, D)
+        k, v = k.unsqueeze(2), v.unsqueeze(2)  # (B, H_kv, 1, Lk, D)
+        if mask is not None and mask.dim() == 4:  # (B|1, H|1, Lq, Lk)
+            if mask.size(1) == 1:
+                mask = mask.unsqueeze(2)  # (B|1, 1, 1, Lq, Lk)
+            else:
+                mask = mask.unflatten(1, (self.num_kv_heads, group))
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, self.attn_dropout)  # (B, H_kv, G, Lq, D)
+        return out.flatten(1, 2), weights.flatten(1, 2)  # (B, H, Lq, ...)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "

@@ -10,11 +10,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha_lib._checks import check_dtype, check_mask, check_positive_int, check_tensor
+from mha_lib._checks import (
+    check_device,
+    check_dtype,
+    check_mask,
+    check_positive_int,
+    check_tensor,
+)
 from mha_lib.attention import scaled_dot_product_attention
 from mha_lib.cache import KVCache, LayerCache
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.linear import fast_linear
+from mha_lib.masks import causal_mask, sliding_window_mask
 
 __all__ = ["MultiHeadAttention"]
 
@@ -22,46 +28,52 @@ __all__ = ["MultiHeadAttention"]
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with batch-first inputs ``(B, L, d_model)``.
 
-    ``forward(query, key=None, value=None, mask=None, need_weights=True)`` returns
-    ``(output (B, Lq, d_model), weights (B, H, Lq, Lk) or None)``. ``key`` defaults to
-    ``query`` (self-attention) and ``value`` to ``key``. ``mask`` is bool (True = may
-    attend) or float (added to the scores), broadcastable to ``(B, H, Lq, Lk)``; a query
-    with nothing to attend to gets a zero attention output (so the module returns
-    ``out_proj.bias`` there), never NaN.
+    Four ``nn.Linear`` layers, ``q_proj``, ``k_proj``, ``v_proj`` and
+    ``out_proj``, and an ``nn.Dropout`` on the attention weights,
+    ``attn_dropout``. Both paths of :meth:`forward` call these modules, so
+    hooks, wrapped or quantized layers act on either. Derived in chapter 8.
 
-    ``need_weights=True`` runs the explicit path derived in the book and returns the
-    weights; ``need_weights=False`` runs PyTorch's fused
-    ``F.scaled_dot_product_attention`` and returns ``None`` for the weights. Both
-    give the same output (up to float32 rounding). Derived in chapter 8. The fused path
-    calls the four linear layers' weights through ``fast_linear`` (oneDNN's matrix
-    product for float32 on the CPU, chapter 13), so forward hooks on those layers run
-    only on the explicit path.
-
-    ``cache`` (keyword, a :class:`~mha_lib.cache.KVCache` or one of its layers) is for
-    decoding: the new keys and values are appended to it and the queries attend to all
-    cached positions (``mask`` then covers ``Lk = L_past + Lk_new``). Chapter 14.
+    Args:
+        d_model: Width of every token vector, ``H * D``.
+        num_heads: Number of heads ``H``; must divide ``d_model``.
+        dropout: Probability of zeroing an attention weight in training.
+        bias: Whether the four linear layers have biases.
     """
 
-    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,
+                 bias: bool = True):
         super().__init__()
         check_positive_int("d_model", d_model)
         check_positive_int("num_heads", num_heads)
         if d_model % num_heads:
-            raise ValueError(f"num_heads: expected a divisor of d_model={d_model}, "
-                             f"got num_heads={num_heads}")
+            raise ValueError(f"num_heads: expected a divisor of "
+                             f"d_model={d_model}, got num_heads={num_heads}")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
                 or not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
+            raise ValueError(f"dropout: expected a probability in [0, 1), "
+                             f"got {dropout!r}")
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
-        self.num_kv_heads = num_heads  # heads of K and V: fewer in GroupedQueryAttention
-        self.dropout = dropout
+        self.num_kv_heads = num_heads  # fewer in GroupedQueryAttention
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
         self.attn_dropout = nn.Dropout(dropout)
+
+    @property
+    def dropout(self) -> float:
+        """The dropout probability, read from ``attn_dropout``."""
+        return self.attn_dropout.p
+
+    @dropout.setter
+    def dropout(self, p: float) -> None:
+        if isinstance(p, bool) or not isinstance(p, (int, float)) \
+                or not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout: expected a probability in [0, 1), "
+                             f"got {p!r}")
+        self.attn_dropout.p = float(p)
 
     def forward(
         self,
@@ -71,70 +83,182 @@ class MultiHeadAttention(nn.Module):
         mask: torch.Tensor | None = None,
         need_weights: bool = True,
         *,
+        is_causal: bool = False,
         cache: KVCache | LayerCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``query`` to ``key`` and ``value``.
+
+        Returns ``(output (B, Lq, d_model), weights (B, H, Lq, Lk) or
+        None)``. A query with nothing to attend to gets a zero attention
+        output (so the module returns ``out_proj``'s bias there), never NaN.
+
+        Args:
+            query: ``(B, Lq, d_model)``.
+            key: ``(B, Lk, d_model)``; defaults to ``query``
+                (self-attention).
+            value: ``(B, Lk, d_model)``; defaults to ``key``.
+            mask: bool (True = may attend) or float (added to the scores),
+                of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``. A 3-D mask
+                is refused: ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike.
+            need_weights: True runs the explicit path derived in the book
+                and returns the weights; False runs PyTorch's fused
+                ``F.scaled_dot_product_attention`` and returns None for
+                them. Both give the same output up to rounding.
+            is_causal: Each query attends only the keys up to its own
+                position, aligned bottom-right (a query after ``L`` cached
+                tokens sees those too); with a windowed cache, only the
+                last ``window`` positions. Combined with ``mask`` if both
+                are given.
+            cache: For decoding (chapter 14): one layer of a
+                :class:`~mha_lib.KVCache` (or a one-layer ``KVCache``). The
+                new keys and values are appended and the queries attend to
+                every kept position, so ``Lk`` in ``mask`` counts those
+                too. A call with more than one new token needs ``mask`` or
+                ``is_causal=True``.
+        """
         key = query if key is None else key
         value = key if value is None else value
-        self._check_inputs(query, key, value, mask, cache)
-        fast = not need_weights  # the fused path: every step on the fastest kernel at hand
-        q = self._project(self.q_proj, query, fast)  # (B, Lq, d_model)
-        k = self._project(self.k_proj, key, fast)  # (B, Lk, H_kv * D)
-        v = self._project(self.v_proj, value, fast)  # (B, Lk, H_kv * D)
-        q = split_heads(q, self.num_heads)  # (B, H, Lq, D)
-        k = split_heads(k, self.num_kv_heads)  # (B, H_kv, Lk, D)
-        v = split_heads(v, self.num_kv_heads)  # (B, H_kv, Lk, D)
-        if cache is not None:  # decoding (chapter 14): append, then attend to all positions
-            k, v = cache.update(k, v)  # (B, H_kv, L_past + Lk, D)
-        k, v = self._expand_kv(k), self._expand_kv(v)  # (B, H, Lk, D)
+        layer = self._check_inputs(query, key, value, mask, need_weights,
+                                   is_causal, cache)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, D)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, H_kv, Lk, D)
+        v = split_heads(self.v_proj(value), self.num_kv_heads)
+        if layer is not None:  # decoding (chapter 14): append, see them all
+            k, v = layer.update(k, v, owner=self)  # (B, H_kv, L + Lk, D)
+        # SDPA's own is_causal (top-left) is right only for a square mask.
+        square = is_causal and mask is None and q.size(2) == k.size(2) \
+            and (layer is None or layer.window is None)
+        if is_causal and not square:
+            mask = self._causal(mask, q.size(2), k.size(2), layer, q.device)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q.dtype)  # under autocast q may be narrower
         if need_weights:
-            out, weights = scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
+            if square:
+                mask = causal_mask(q.size(2), device=q.device)
+            out, weights = self._explicit_attention(q, k, v, mask)
         else:
-            out, weights = self._fused_attention(q, k, v, mask), None
-        return self._project(self.out_proj, merge_heads(out), fast), weights  # (B, Lq, d_model)
+            out, weights = self._fused_attention(q, k, v, mask, square), None
+        return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
 
-    @staticmethod
-    def _project(layer: nn.Linear, x: torch.Tensor, fast: bool) -> torch.Tensor:
-        """``layer(x)``; with ``fast``, the same product on oneDNN where it can (chapter 13)."""
-        return fast_linear(x, layer.weight, layer.bias) if fast else layer(x)
+    def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor,
+                            v: torch.Tensor, mask: torch.Tensor | None
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Chapter 6's attention, one head per key/value head:
+        ``(B, H, Lq, D)`` and weights ``(B, H, Lq, Lk)``.
+        ``GroupedQueryAttention`` (chapter 14) overrides this."""
+        return scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
 
-    def _expand_kv(self, x: torch.Tensor) -> torch.Tensor:
-        """One key/value head per query head: nothing to do. ``GroupedQueryAttention``
-        (chapter 14) overrides this to share each key/value head among several."""
-        return x
-
-    def _fused_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         mask: torch.Tensor | None) -> torch.Tensor:
-        """The same attention on PyTorch's fused kernel: ``(B, H, Lq, D)``."""
-        dropout_p = self.dropout if self.training else 0.0
+    def _fused_attention(self, q: torch.Tensor, k: torch.Tensor,
+                         v: torch.Tensor, mask: torch.Tensor | None,
+                         is_causal: bool) -> torch.Tensor:
+        """The same attention on PyTorch's fused kernel: ``(B, H, Lq, D)``.
+        Its dropout is ``attn_dropout``'s, applied inside the kernel."""
+        if not isinstance(self.attn_dropout, nn.Dropout):
+            raise TypeError(
+                f"attn_dropout: the fused path (need_weights=False) hands "
+                f"dropout to the kernel and needs an nn.Dropout, got "
+                f"{type(self.attn_dropout).__name__}; use need_weights=True "
+                f"to call it as a module")
+        drop = self.attn_dropout
+        dropout_p = drop.p if drop.training else 0.0
+        gqa = self.num_kv_heads != self.num_heads  # no copies of K and V
         if mask is None:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p)
-        # A query row that may attend nothing: let the kernel attend everything (finite
-        # numbers and gradients), then zero that row, as the explicit path does.
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=is_causal,
+                enable_gqa=gqa)
+        # A query row that may attend nothing: let the kernel attend
+        # everything (finite numbers and gradients), then zero that row, as
+        # the explicit path does.
         if mask.dtype == torch.bool:
             empty = ~mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
             mask = mask | empty
         else:
-            empty = (mask == float("-inf")).all(dim=-1, keepdim=True)  # (..., Lq, 1)
+            empty = (mask == float("-inf")).all(dim=-1, keepdim=True)
             mask = mask.masked_fill(empty, 0.0)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
         return out.masked_fill(empty, 0.0)  # (B, H, Lq, D)
 
-    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      mask: torch.Tensor | None, cache: KVCache | LayerCache | None) -> None:
+    @staticmethod
+    def _causal(mask: torch.Tensor | None, q_len: int, k_len: int,
+                layer: LayerCache | None, device: torch.device
+                ) -> torch.Tensor:
+        """``mask`` restricted to the causal (or sliding-window) keys."""
+        window = None if layer is None else layer.window
+        if window is None:
+            allowed = causal_mask(q_len, k_len, device)  # (Lq, Lk)
+        else:
+            allowed = sliding_window_mask(q_len, window, k_len, device)
+        if mask is None:
+            return allowed
+        if mask.dtype == torch.bool:
+            return mask & allowed  # (B|1, H|1, Lq, Lk)
+        return mask.masked_fill(~allowed, float("-inf"))
+
+    def _check_inputs(self, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, mask: torch.Tensor | None,
+                      need_weights: bool, is_causal: bool,
+                      cache: KVCache | LayerCache | None
+                      ) -> LayerCache | None:
+        """Shapes, dtypes and devices of the inputs (never the values inside
+        them, never the parameters); returns the layer cache to use."""
         check_tensor("query", query, ("B", "Lq", self.d_model))
         batch = query.size(0)
         check_tensor("key", key, (batch, "Lk", self.d_model))
         check_tensor("value", value, (batch, key.size(1), self.d_model))
-        check_dtype("query", query, self.q_proj.weight.dtype, "the module's parameters")
-        check_dtype("key", key, query.dtype, "the query's")
-        check_dtype("value", value, query.dtype, "the query's")
-        if cache is not None and not isinstance(cache, (KVCache, LayerCache)):
-            raise TypeError(f"cache: expected a KVCache or one of its layers, "
-                            f"got {type(cache).__name__}")
+        for name, x in (("key", key), ("value", value)):
+            check_dtype(name, x, query.dtype, "the query's")
+            check_device(name, x, query.device, "the query's")
+        for name, flag in (("need_weights", need_weights),
+                           ("is_causal", is_causal)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name}: expected a bool, got {flag!r}")
+        layer = self._layer_cache(cache)
+        q_len = query.size(1)
+        k_len = key.size(1) + (0 if layer is None else layer.kept)
+        if layer is not None and q_len > 1 and mask is None \
+                and not is_causal:
+            raise ValueError(
+                f"mask: expected is_causal=True (each new token sees the "
+                f"cache and the new tokens up to itself) or a mask of shape "
+                f"({q_len}, {k_len}), got neither for a cached call with "
+                f"{q_len} new tokens")
         if mask is not None:
-            k_len = key.size(1) + (0 if cache is None else cache.length)
-            check_mask(mask, (batch, self.num_heads, query.size(1), k_len),
-                       "B H Lq Lk", query.dtype)
+            self._check_mask(mask, batch, q_len, k_len, query)
+        return layer
+
+    def _check_mask(self, mask: object, batch: int, q_len: int, k_len: int,
+                    query: torch.Tensor) -> None:
+        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+            raise ValueError(
+                f"mask: expected (Lq, Lk) or (B|1, H|1, Lq, Lk), not 3-D "
+                f"(is the first axis B or H?): pass mask[:, None] for one "
+                f"mask per sequence, or mask[None] for one per head; got "
+                f"shape {tuple(mask.shape)}")
+        if isinstance(mask, torch.Tensor) and mask.dim() not in (2, 4):
+            raise ValueError(
+                f"mask: expected shape (Lq, Lk) = ({q_len}, {k_len}) or "
+                f"(B|1, H|1, Lq, Lk); for one length per sequence pass "
+                f"mha_lib.padding_mask(lengths), (B, 1, 1, Lk); got shape "
+                f"{tuple(mask.shape)}")
+        check_mask(mask, (batch, self.num_heads, q_len, k_len),
+                   "B H Lq Lk", query.dtype)
+        check_device("mask", mask, query.device, "the query's")
+
+    @staticmethod
+    def _layer_cache(cache: object) -> LayerCache | None:
+        if cache is None or isinstance(cache, LayerCache):
+            return cache
+        if isinstance(cache, KVCache):
+            if cache.num_layers != 1:
+                raise ValueError(
+                    f"cache: expected one layer's cache, cache.layer(i) for "
+                    f"the module of layer i (or a KVCache(num_layers=1)), "
+                    f"got a KVCache with {cache.num_layers} layers")
+            return cache.layer(0)
+        raise TypeError(f"cache: expected a KVCache or one of its layers, "
+                        f"got {type(cache).__name__}")
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, dropout={self.dropout}"
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
+                f"dropout={self.dropout}")

@@ -14,10 +14,9 @@ import time
 import torch
 from torch import nn
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import check_positive_int, check_tensor, tracing
 from mha_lib.cache import KVCache, LayerCache
 from mha_lib.gqa import GroupedQueryAttention
-from mha_lib.masks import causal_mask
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["Block", "TinyTransformer", "decode_speed"]
@@ -38,9 +37,11 @@ class Block(nn.Module):
                                  nn.Linear(4 * d_model, d_model))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                cache: LayerCache | None = None, need_weights: bool = False
+                cache: LayerCache | None = None, need_weights: bool = False,
+                is_causal: bool = False
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, weights = self.attn(self.ln1(x), mask=mask, need_weights=need_weights,
+                                      is_causal=is_causal,
                                       cache=cache)  # (B, L, d_model), (B, H, L, Lk)
         x = x + attended
         return x + self.mlp(self.ln2(x)), weights  # (B, L, d_model)
@@ -78,10 +79,10 @@ class TinyTransformer(nn.Module):
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None,
                 need_weights: bool = False
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        check_tensor("idx", idx, ("B", "L"), floating=False)
-        if idx.dtype.is_floating_point or idx.dtype == torch.bool:
-            raise TypeError(f"idx: expected integer token ids, got dtype {idx.dtype}")
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
+        _check_ids(idx)
+        # Reading the ids' values breaks a compiled graph: eager calls only.
+        if not tracing() and idx.numel() \
+                and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
             raise ValueError(f"idx: expected token ids in [0, vocab_size={self.vocab_size}), "
                              f"got ids from {int(idx.min())} to {int(idx.max())}")
         if cache is not None and (not isinstance(cache, KVCache)
@@ -95,13 +96,12 @@ class TinyTransformer(nn.Module):
                              f"{past} cached + {length} new = {past + length}")
         positions = torch.arange(past, past + length, device=idx.device)  # (L,)
         x = self.tok_emb(idx) + self.pos_emb(positions)  # (B, L, d_model)
-        # A single new token may see every cached one: no mask to build. Otherwise the
-        # causal mask, aligned bottom-right: query i is position past + i.
-        mask = None if length == 1 else causal_mask(length, past + length, idx.device)
+        # Causal, aligned bottom-right: query i is position past + i. A single
+        # new token may see every cached one: no mask at all.
         all_weights = []
         for i, block in enumerate(self.blocks):
-            x, weights = block(x, mask, None if cache is None else cache.layer(i),
-                               need_weights)  # (B, L, d_model), (B, H, L, Lk)
+            x, weights = block(x, None, None if cache is None else cache.layer(i),
+                               need_weights, is_causal=length > 1)  # (B, L, d_model)
             all_weights.append(weights)
         logits = self.head(self.ln_f(x))  # (B, L, V)
         if need_weights:
@@ -116,7 +116,11 @@ class TinyTransformer(nn.Module):
         ``use_cache=True`` feeds the prompt once, then one token per step, with a
         :class:`~mha_lib.KVCache`; ``False`` re-runs the whole sequence every step. Both
         give the same tokens."""
-        check_tensor("idx", idx, ("B", "L"), floating=False)
+        _check_ids(idx)
+        if idx.size(1) == 0:
+            raise ValueError(f"idx: expected a prompt of at least one token, got shape "
+                             f"{tuple(idx.shape)} (greedy decoding predicts from the "
+                             f"last token)")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 0:
             raise ValueError(f"max_new_tokens: expected a non-negative int, "
@@ -134,6 +138,12 @@ class TinyTransformer(nn.Module):
             if step + 1 < max_new_tokens:
                 logits = self(next_id, cache=cache) if use_cache else self(idx)
         return idx
+
+
+def _check_ids(idx: object) -> None:
+    check_tensor("idx", idx, ("B", "L"), floating=False)
+    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+        raise TypeError(f"idx: expected integer token ids, got dtype {idx.dtype}")
 
 
 def decode_speed(model: TinyTransformer, prompt: torch.Tensor, max_new_tokens: int,

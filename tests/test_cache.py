@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from mha_lib import GroupedQueryAttention, KVCache, MultiHeadAttention, causal_mask
+from mha_lib.masks import sliding_window_mask
 from mha_lib.cache import LayerCache
 
 param = pytest.mark.parametrize
@@ -29,7 +30,7 @@ def test_update_appends_and_returns_everything():
     assert cache.length == 0 and cache.nbytes == 0
     k1, v1 = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5)
     keys, values = cache.update(k1, v1)
-    assert keys is k1 and values is v1 and cache.length == 4
+    assert torch.equal(keys, k1) and torch.equal(values, v1) and cache.length == 4
     k2, v2 = torch.randn(2, 3, 1, 5), torch.randn(2, 3, 1, 5)
     keys, values = cache.update(k2, v2)
     assert cache.length == 5
@@ -38,13 +39,76 @@ def test_update_appends_and_returns_everything():
     assert cache.nbytes == 2 * 2 * 3 * 5 * 5 * 4  # keys and values, B H L D, float32
 
 
+def test_values_may_be_wider_than_keys():
+    cache = KVCache()
+    cache.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 6))
+    keys, values = cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 6))
+    assert keys.shape == (1, 2, 4, 4) and values.shape == (1, 2, 4, 6)
+
+
+def test_storage_grows_by_doubling_not_by_cat():
+    """A long decode reallocates O(log L) times, not once per step: the storage pointer
+    changes only when the capacity doubles."""
+    cache = KVCache()
+    pointers, capacities = set(), set()
+    for _ in range(300):
+        keys, _ = cache.update(torch.randn(1, 2, 1, 4), torch.randn(1, 2, 1, 4))
+        pointers.add(keys.untyped_storage().data_ptr())
+        capacities.add(cache.allocated_nbytes)
+    assert cache.length == 300
+    assert len(pointers) == len(capacities) <= 6  # 16, 32, ..., 512 positions
+    assert cache.allocated_nbytes <= 2 * 2 * cache.nbytes  # at most half empty
+
+
+def test_window_keeps_the_last_positions_and_flat_memory():
+    cache = KVCache(window=4)
+    stream = torch.randn(1, 2, 50, 3)
+    sizes = set()
+    for t in range(50):
+        keys, values = cache.update(stream[:, :, t:t + 1], -stream[:, :, t:t + 1])
+        # the new token sees itself and the window - 1 = 3 positions before it
+        assert torch.equal(keys, stream[:, :, max(0, t - 3):t + 1])
+        assert torch.equal(values, -stream[:, :, max(0, t - 3):t + 1])
+        sizes.add(cache.allocated_nbytes)
+    assert (cache.length, cache.kept) == (50, 3)
+    assert cache.nbytes == 2 * 1 * 2 * 3 * 3 * 4
+    assert len(sizes) == 1  # allocated once, never grown
+    keys, _ = cache.update(stream[:, :, :5], stream[:, :, :5])  # a chunk after 3 kept
+    assert keys.shape[2] == 3 + 5 and cache.kept == 3
+
+
+def test_reset_forgets_positions_and_owners():
+    cache = KVCache(2)
+    m = MultiHeadAttention(16, 4)
+    m(torch.randn(1, 3, 16), is_causal=True, cache=cache.layer(0))
+    cache.reset()
+    assert (cache.length, cache.nbytes, cache.allocated_nbytes) == (0, 0, 0)
+    MultiHeadAttention(16, 4)(torch.randn(1, 3, 16), is_causal=True, cache=cache.layer(0))
+    assert cache.length == 3
+
+
+def test_cache_does_not_keep_the_graph_unless_asked():
+    m = MultiHeadAttention(16, 4)
+    x = torch.randn(1, 4, 16, requires_grad=True)
+    cache = KVCache()
+    m(x, is_causal=True, cache=cache)
+    assert not cache.keys[0].requires_grad and cache.keys[0].grad_fn is None
+    # this call's own keys still get gradients
+    out, _ = m(x[:, :1] * 2, cache=cache)
+    out.sum().backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    kept = KVCache(keep_graph=True)
+    m(x, is_causal=True, cache=kept)
+    assert kept.keys[0].grad_fn is not None
+
+
 def test_layers_are_separate():
     cache = KVCache(num_layers=3)
     assert cache.num_layers == 3
     layer1 = cache.layer(1)
     assert isinstance(layer1, LayerCache)
     layer1.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
-    assert (cache.layer_length(0), layer1.length, cache.layer(2).length) == (0, 3, 0)
+    assert (cache.layer(0).length, layer1.length, cache.layer(2).length) == (0, 3, 0)
     cache.update(torch.randn(1, 2, 6, 4, dtype=torch.float16),
                  torch.randn(1, 2, 6, 4, dtype=torch.float16), layer=2)
     assert cache.nbytes == 2 * (1 * 2 * 3 * 4 * 4 + 1 * 2 * 6 * 4 * 2)
@@ -54,18 +118,22 @@ def test_layers_are_separate():
 def test_bad_updates_are_refused():
     cache = KVCache()
     cache.update(torch.randn(2, 3, 4, 5), torch.randn(2, 3, 4, 5))
-    with pytest.raises(ValueError, match=r"key: expected shape \(2, 3, L_new, 5\).*got shape "
+    with pytest.raises(ValueError, match=r"key: expected shape \(2, 3, N, 5\).*got shape "
                                          r"\(2, 2, 1, 5\)"):
         cache.update(torch.randn(2, 2, 1, 5), torch.randn(2, 2, 1, 5))
     with pytest.raises(ValueError, match=r"key: .*dtype torch.float32.*got .*torch.float64"):
         cache.update(torch.randn(2, 3, 1, 5).double(), torch.randn(2, 3, 1, 5).double())
-    with pytest.raises(ValueError, match=r"value: expected shape \(2, 3, 1, 5\)"):
+    with pytest.raises(ValueError, match=r"value: expected shape \(2, 3, 1, Dv\)"):
         cache.update(torch.randn(2, 3, 1, 5), torch.randn(2, 3, 2, 5))
     with pytest.raises(ValueError, match=r"key: expected a 4-D tensor"):
         cache.update(torch.randn(3, 1, 5), torch.randn(3, 1, 5))
     assert cache.length == 4  # nothing was appended
     with pytest.raises(ValueError, match="num_layers: expected a positive int, got 0"):
         KVCache(0)
+    with pytest.raises(ValueError, match="window: expected a positive int, got 0"):
+        KVCache(window=0)
+    with pytest.raises(TypeError, match="keep_graph: expected a bool"):
+        KVCache(keep_graph="yes")
     with pytest.raises(ValueError, match=r"index: expected a layer in \[0, 2\), got 2"):
         KVCache(2).layer(2)
 
@@ -141,6 +209,45 @@ def test_sdpa_is_causal_aligns_top_left():
     assert causal_mask(2, 5).tolist() == [[True, True, True, True, False], [True] * 5]
 
 
+def test_whole_multi_layer_cache_is_refused():
+    with pytest.raises(ValueError, match=r"cache: expected one layer's cache, cache\.layer\(i\)"
+                                         r".*got a KVCache with 3 layers"):
+        MultiHeadAttention(16, 4)(torch.randn(2, 1, 16), cache=KVCache(3))
+
+
+@param("need_weights", [True, False])
+def test_cached_chunk_needs_mask_or_is_causal(need_weights):
+    torch.manual_seed(4)
+    m = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(2, 6, 16)
+    with pytest.raises(ValueError, match=r"mask: expected is_causal=True"):
+        m(x, cache=KVCache(), need_weights=need_weights)
+    full, _ = m(x, is_causal=True, need_weights=need_weights)
+    assert_close(full, m(x, mask=causal_mask(6), need_weights=need_weights)[0], **TOL)
+    cache = KVCache()
+    first, _ = m(x[:, :4], is_causal=True, cache=cache, need_weights=need_weights)
+    second, _ = m(x[:, 4:], is_causal=True, cache=cache, need_weights=need_weights)
+    assert_close(torch.cat([first, second], dim=1), full, **TOL)
+
+
+@param("kind", list(MODULES))
+@param("need_weights", [True, False])
+def test_windowed_cache_equals_sliding_window_attention(kind, need_weights):
+    torch.manual_seed(5)
+    m = MODULES[kind]().eval()
+    x = torch.randn(2, 11, 16)
+    window = 4
+    with torch.no_grad():
+        full, _ = m(x, mask=sliding_window_mask(11, window), need_weights=need_weights)
+        cache = KVCache(window=window)
+        outs = [m(x[:, :5], is_causal=True, cache=cache, need_weights=need_weights)[0]]
+        outs += [m(x[:, t:t + 1], cache=cache, need_weights=need_weights)[0]
+                 for t in range(5, 9)]
+        outs.append(m(x[:, 9:], is_causal=True, cache=cache, need_weights=need_weights)[0])
+    assert_close(torch.cat(outs, dim=1), full, **TOL)
+    assert cache.kept == window - 1
+
+
 def test_mask_must_cover_cached_positions():
     m = MultiHeadAttention(16, 4)
     cache = KVCache()
@@ -153,10 +260,18 @@ def test_mask_must_cover_cached_positions():
 
 
 def test_cache_of_another_module_is_refused():
+    """One layer's cache reused by a second module would mix their keys: refused, even when
+    the shapes happen to match."""
     cache = KVCache()
-    MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), cache=cache)
-    with pytest.raises(ValueError, match=r"key: expected shape \(2, 4, L_new, 4\)"):
-        GroupedQueryAttention(16, 4, 2)(torch.randn(2, 1, 16), cache=cache)
+    first = MultiHeadAttention(16, 4)
+    first(torch.randn(2, 3, 16), is_causal=True, cache=cache)
+    for other in (MultiHeadAttention(16, 4), GroupedQueryAttention(16, 4, 2)):
+        with pytest.raises(ValueError, match=r"cache: layer 0 of this KVCache already holds "
+                                             r"the keys of another module"):
+            other(torch.randn(2, 1, 16), cache=cache)
+    assert cache.length == 3  # nothing appended by the refused calls
+    first(torch.randn(2, 1, 16), cache=cache)  # the owner may go on
+    assert cache.length == 4
     with pytest.raises(TypeError, match="cache: expected a KVCache"):
         MultiHeadAttention(16, 4)(torch.randn(2, 3, 16), cache={"keys": []})
 

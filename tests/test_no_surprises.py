@@ -55,6 +55,11 @@ ALLOWED = {
         "asserts the Colab cell's pip command with subprocess.run mocked; nothing runs",
     ("tests/test_notebooks.py", "shell: git+"):
         "reads the Colab cell's git+ URL from its syntax tree; nothing runs",
+    ("tests/front_matter.py", "shell: pip install"):
+        "writes the install note (Markdown text) under each notebook's title; it runs "
+        "nothing itself",
+    ("tests/front_matter.py", "shell: git+"):
+        "the same install note's `git+$URL`",
     ("tests/test_book.py", "name downloads"):
         "the built HTML's 'download .ipynb' buttons (local files under _build)",
 }

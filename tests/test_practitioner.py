@@ -1,0 +1,364 @@
+"""MultiHeadAttention as practitioners use it: hooks, LoRA, subclassed, quantized, pruned and
+reparametrized layers; autocast; torch.compile(fullgraph=True) and torch.export.
+
+The module's contract: both paths (``need_weights=True``, the explicit one, and ``False``,
+on ``F.scaled_dot_product_attention``) call its own layers, ``self.q_proj(x)`` and so on,
+and take dropout from its ``nn.Dropout``. So for every change made to a layer below:
+
+* the explicit and the fused outputs agree;
+* both reflect the change: they equal an independent computation with the changed layers
+  (``by_hand``, written here from the formula) and differ from the unchanged module.
+
+A module that read ``q_proj.weight`` instead of calling ``q_proj`` fails most of these
+(tried: a fused path on ``F.linear(x, layer.weight, layer.bias)`` fails 24 of them).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch.nn.utils.parametrize
+import torch.nn.utils.prune
+from torch import nn
+from torch.testing import assert_close
+
+from mha_lib import (
+    GroupedQueryAttention,
+    KVCache,
+    MultiHeadAttention,
+    TinyTransformer,
+    causal_mask,
+)
+
+param = pytest.mark.parametrize
+TOL = dict(atol=2e-5, rtol=2e-5)
+SIZES = {"small": (2, 5, 16), "large": (2, 384, 64)}  # (B, L, d_model)
+KINDS = {
+    "mha": lambda d: MultiHeadAttention(d, 4),
+    "gqa": lambda d: GroupedQueryAttention(d, 4, num_kv_heads=2),
+}
+
+
+def by_hand(m: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor | None = None
+            ) -> torch.Tensor:
+    """softmax(Q K^T / sqrt(D)) V per head, from the module's layers called on x; key/value
+    head h // (H / H_kv) for query head h. Written from the formula, not from mha_lib."""
+    batch, length, _ = x.shape
+    heads, kv_heads, head_dim = m.num_heads, m.num_kv_heads, m.head_dim
+    q = m.q_proj(x).view(batch, length, heads, head_dim).transpose(1, 2)
+    k = m.k_proj(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    v = m.v_proj(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    index = torch.arange(heads) // (heads // kv_heads)
+    k, v = k[:, index], v[:, index]  # (B, H, L, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v  # (B, H, L, D)
+    return m.out_proj(out.transpose(1, 2).reshape(batch, length, heads * head_dim))
+
+
+# ---------------------------------------------------------------------------------------------
+# The changes a practitioner makes to the linear layers
+# ---------------------------------------------------------------------------------------------
+
+
+class LoRA(nn.Module):
+    """A low-rank adapter around a frozen linear layer: base(x) + scale * B(A(x))."""
+
+    def __init__(self, base: nn.Linear, rank: int = 2, expose_weight: bool = True):
+        super().__init__()
+        self.base = base
+        self.down = nn.Linear(base.in_features, rank, bias=False)
+        self.up = nn.Linear(rank, base.out_features, bias=False)
+        nn.init.normal_(self.up.weight, std=0.5)  # nonzero, so the adapter changes the output
+        self.scale = 0.7
+        if expose_weight:  # some wrappers re-export the frozen weight, some do not
+            self.weight = base.weight
+            self.bias = base.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.base(x) + self.scale * self.up(self.down(x))
+
+
+class ScaledLinear(nn.Linear):
+    """An nn.Linear subclass with its own forward (a shift alone would cancel in the
+    softmax, so it scales too)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 1.5 * super().forward(x) + 0.25
+
+
+class Halve(nn.Module):
+    """A parametrization: the layer's weight is used halved."""
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight / 2
+
+
+def _forward_hook(m):
+    m.q_proj.register_forward_hook(lambda layer, args, out: out * 2)
+    m.out_proj.register_forward_hook(lambda layer, args, out: out - 1)
+
+
+def _pre_hook(m):
+    m.v_proj.register_forward_pre_hook(lambda layer, args: (args[0].flip(-1),))
+
+
+def _lora(expose_weight):
+    def change(m):
+        for name in ("q_proj", "v_proj"):
+            setattr(m, name, LoRA(getattr(m, name), expose_weight=expose_weight))
+    return change
+
+
+def _subclass(m):
+    shifted = ScaledLinear(m.k_proj.in_features, m.k_proj.out_features)
+    shifted.load_state_dict(m.k_proj.state_dict())
+    m.k_proj = shifted
+
+
+def _prune(m):
+    for layer in (m.q_proj, m.out_proj):
+        torch.nn.utils.prune.l1_unstructured(layer, "weight", amount=0.5)
+
+
+def _spectral_norm(m):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the hook-based version is deprecated
+        torch.nn.utils.spectral_norm(m.k_proj)
+
+
+def _parametrize(m):
+    torch.nn.utils.parametrize.register_parametrization(m.q_proj, "weight", Halve())
+
+
+CHANGES = {
+    "forward_hook": _forward_hook,
+    "forward_pre_hook": _pre_hook,
+    "lora_with_weight": _lora(True),
+    "lora_without_weight": _lora(False),
+    "linear_subclass": _subclass,
+    "prune": _prune,
+    "spectral_norm": _spectral_norm,
+    "parametrize": _parametrize,
+}
+
+
+@param("size", list(SIZES))
+@param("kind", list(KINDS))
+@param("change", list(CHANGES))
+def test_both_paths_call_the_changed_layers(change, kind, size):
+    batch, length, d_model = SIZES[size]
+    torch.manual_seed(0)
+    plain = KINDS[kind](d_model).eval()
+    m = copy.deepcopy(plain)
+    CHANGES[change](m)
+    x = torch.randn(batch, length, d_model)
+    mask = causal_mask(length)
+    with torch.no_grad():
+        explicit, _ = m(x, mask=mask)
+        fused, _ = m(x, mask=mask, need_weights=False)
+        expected = by_hand(m, x, mask)
+        before, _ = plain(x, mask=mask)
+    assert_close(explicit, expected, **TOL)
+    assert_close(fused, expected, **TOL)
+    assert (expected - before).abs().max() > 1e-2, "the change did not change the output"
+
+
+@param("kind", list(KINDS))
+def test_hooks_fire_once_per_call_on_both_paths(kind):
+    m = KINDS[kind](16)
+    calls = []
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        getattr(m, name).register_forward_hook(lambda layer, a, o, name=name: calls.append(name))
+    x = torch.randn(2, 3, 16)
+    for need_weights in (True, False):
+        calls.clear()
+        m(x, need_weights=need_weights)
+        assert calls == ["q_proj", "k_proj", "v_proj", "out_proj"], need_weights
+
+
+@param("size", list(SIZES))
+def test_quantize_dynamic(size):
+    batch, length, d_model = SIZES[size]
+    torch.manual_seed(1)
+    plain = MultiHeadAttention(d_model, 4).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization's deprecation notice
+        m = torch.ao.quantization.quantize_dynamic(copy.deepcopy(plain), {nn.Linear},
+                                                   dtype=torch.qint8)
+    assert not isinstance(m.q_proj, nn.Linear) or type(m.q_proj) is not nn.Linear
+    x = torch.randn(batch, length, d_model)
+    with torch.no_grad():
+        explicit, _ = m(x, is_causal=True)
+        fused, _ = m(x, is_causal=True, need_weights=False)
+        expected = by_hand(m, x, causal_mask(length))
+        before, _ = plain(x, is_causal=True)
+    assert_close(explicit, expected, **TOL)
+    assert_close(fused, expected, **TOL)
+    assert 0 < (expected - before).abs().max() < 0.1  # int8 rounding, nothing more
+
+
+def test_dropout_comes_from_the_dropout_module():
+    torch.manual_seed(2)
+    m = MultiHeadAttention(16, 4, dropout=0.0).train()
+    x = torch.randn(2, 6, 16)
+    eval_out, _ = copy.deepcopy(m).eval()(x, need_weights=False)
+    assert_close(m(x, need_weights=False)[0], eval_out)  # p = 0: no dropout
+    m.attn_dropout.p = 0.5  # changed on the module: both paths and `dropout` follow
+    assert m.dropout == 0.5
+    for need_weights in (True, False):
+        torch.manual_seed(3)
+        dropped, _ = m(x, need_weights=need_weights)
+        assert (dropped - eval_out).abs().max() > 1e-2, need_weights
+    m.attn_dropout.eval()  # the dropout module's own mode counts, on both paths
+    for need_weights in (True, False):
+        assert_close(m(x, need_weights=need_weights)[0], eval_out)
+    m.dropout = 0.25
+    assert m.attn_dropout.p == 0.25
+    m.attn_dropout = nn.Identity()
+    with pytest.raises(TypeError, match="attn_dropout: .* needs an nn.Dropout, got Identity"):
+        m(x, need_weights=False)
+
+
+@param("mask_kind", ["none", "bool", "float"])
+def test_autocast_runs_both_paths(mask_kind):
+    torch.manual_seed(4)
+    m = GroupedQueryAttention(32, 4, 2).eval()
+    x = torch.randn(2, 7, 32)
+    mask = {"none": None, "bool": causal_mask(7),
+            "float": torch.zeros(7, 7).masked_fill(~causal_mask(7), float("-inf"))}[mask_kind]
+    reference, _ = m(x, mask=mask)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        explicit, weights = m(x, mask=mask)
+        fused, _ = m(x, mask=mask, need_weights=False)
+    assert explicit.dtype == fused.dtype == torch.bfloat16
+    assert_close(explicit.float(), reference, atol=0.05, rtol=0.05)
+    assert_close(fused.float(), reference, atol=0.05, rtol=0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph capture: torch.compile(fullgraph=True) and torch.export
+# ---------------------------------------------------------------------------------------------
+
+MASKS = {
+    "no_mask": lambda n: None,
+    "bool": lambda n: causal_mask(n),
+    "float": lambda n: torch.zeros(n, n).masked_fill(~causal_mask(n), float("-inf")),
+}
+
+
+class _Attend(nn.Module):
+    """forward(x, mask) -> output, for torch.export (which wants a module)."""
+
+    def __init__(self, attention: nn.Module, need_weights: bool):
+        super().__init__()
+        self.attention, self.need_weights = attention, need_weights
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.attention(x, mask=mask, need_weights=self.need_weights)[0]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    yield
+    torch._dynamo.reset()  # test isolation only; mha_lib itself uses no private API
+
+
+@param("need_weights", [True, False])
+@param("mask_kind", list(MASKS))
+@param("kind", list(KINDS))
+def test_compile_fullgraph_matches_eager(kind, mask_kind, need_weights):
+    """fullgraph=True fails on any graph break, such as reading a tensor's values for an
+    input check (the float mask's 0/1 check is skipped while tracing)."""
+    torch.manual_seed(5)
+    model = _Attend(KINDS[kind](16).eval(), need_weights)
+    x, mask = torch.randn(2, 6, 16), MASKS[mask_kind](6)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    assert_close(compiled(x, mask), model(x, mask))
+
+
+@param("mask_kind", list(MASKS))
+@param("kind", list(KINDS))
+def test_export_matches_eager(kind, mask_kind):
+    torch.manual_seed(6)
+    model = _Attend(KINDS[kind](16).eval(), need_weights=False)
+    x, mask = torch.randn(2, 6, 16), MASKS[mask_kind](6)
+    args = (x,) if mask is None else (x, mask)
+    exported = torch.export.export(model, args)
+    assert_close(exported.module()(*args), model(*args))
+
+
+def test_tiny_transformer_compiles_and_exports():
+    torch.manual_seed(7)
+    model = TinyTransformer(11, 16, 4, 2, max_len=12, num_kv_heads=2).eval()
+    idx = torch.randint(11, (2, 9))
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    assert_close(compiled(idx), model(idx))
+    assert_close(torch.export.export(model, (idx,)).module()(idx), model(idx))
+
+
+def test_compiled_with_inductor_matches_eager():
+    """One real compilation (inductor, C++ code generation) of the fused causal path."""
+    torch.manual_seed(8)
+    m = MultiHeadAttention(32, 4).eval()
+    x = torch.randn(2, 10, 32)
+    compiled = torch.compile(lambda t: m(t, is_causal=True, need_weights=False)[0],
+                             fullgraph=True)
+    with torch.no_grad():
+        assert_close(compiled(x), m(x, is_causal=True)[0], **TOL)
+
+
+def test_value_check_still_runs_in_eager_mode():
+    m = MultiHeadAttention(16, 4)
+    with pytest.raises(ValueError, match="only 0s and 1s"):
+        m(torch.randn(2, 6, 16), mask=causal_mask(6).float())
+
+
+# ---------------------------------------------------------------------------------------------
+# Caches and masks: no silent misuse
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cached_decode_with_hooks_matches_full_forward():
+    """The cache path calls the layers too: a hooked model decodes as it runs in full."""
+    torch.manual_seed(9)
+    m = MultiHeadAttention(16, 4).eval()
+    _forward_hook(m)
+    x = torch.randn(1, 8, 16)
+    with torch.no_grad():
+        full, _ = m(x, is_causal=True, need_weights=False)
+        cache = KVCache()
+        steps = [m(x[:, :3], is_causal=True, cache=cache, need_weights=False)[0]]
+        steps += [m(x[:, t:t + 1], cache=cache, need_weights=False)[0] for t in range(3, 8)]
+    assert_close(torch.cat(steps, dim=1), full, **TOL)
+
+
+@param("need_weights", [True, False])
+def test_three_d_masks_are_refused_on_both_paths(need_weights):
+    """(B, Lq, Lk) with B == H would otherwise be read as (H, Lq, Lk)."""
+    m = MultiHeadAttention(16, 4)
+    x = torch.randn(4, 5, 16)  # B = H = 4
+    with pytest.raises(ValueError, match=r"mask\[:, None\]"):
+        m(x, mask=torch.ones(4, 5, 5, dtype=torch.bool), need_weights=need_weights)
+    for shape in [(5,), ()]:
+        with pytest.raises(ValueError, match=r"mask: expected shape \(Lq, Lk\)"):
+            m(x, mask=torch.ones(shape, dtype=torch.bool), need_weights=need_weights)
+
+
+def test_sdpa_reference_agrees_with_by_hand():
+    """The reference itself, against PyTorch's kernel (so a wrong by_hand cannot pass)."""
+    torch.manual_seed(10)
+    m = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    q = m.q_proj(x).view(2, 5, 4, 4).transpose(1, 2)
+    k = m.k_proj(x).view(2, 5, 4, 4).transpose(1, 2)
+    v = m.v_proj(x).view(2, 5, 4, 4).transpose(1, 2)
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = m.out_proj(out.transpose(1, 2).reshape(2, 5, 16))
+    assert_close(by_hand(m, x, causal_mask(5)), expected, **TOL)
