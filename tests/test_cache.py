@@ -7,8 +7,8 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from mha_lib import GroupedQueryAttention, KVCache, MultiHeadAttention, causal_mask
-from mha_lib.masks import sliding_window_mask
 from mha_lib.cache import LayerCache
+from mha_lib.masks import sliding_window_mask
 
 param = pytest.mark.parametrize
 TOL = dict(atol=1e-5, rtol=1e-5)
