@@ -182,7 +182,8 @@ class D2LMultiHeadAttention(nn.Module):
         _check_valid_lens(valid_lens, batch, queries.size(1))
         queries = transpose_qkv(self.W_q(queries),
                                 self.num_heads)  # (B*H, Lq, D)
-        keys = transpose_qkv(self.W_k(keys), self.num_heads)  # (B*H, Lk, D)
+        keys = transpose_qkv(self.W_k(keys),
+                             self.num_heads)  # (B*H, Lk, D)
         values = transpose_qkv(self.W_v(values),
                                self.num_heads)  # (B*H, Lk, D)
         if valid_lens is not None:
