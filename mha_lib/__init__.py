@@ -1,16 +1,26 @@
-"""mha_lib: every piece of multi-head attention that the book builds, step by step."""
+"""mha_lib: every piece of multi-head attention that the book builds,
+step by step."""
 
 from mha_lib.attention import masked_softmax, scaled_dot_product_attention
 from mha_lib.cache import KVCache
 from mha_lib.gqa import GroupedQueryAttention
-from mha_lib.heads import merge_heads, split_heads, transpose_output, transpose_qkv
+from mha_lib.heads import (
+    merge_heads,
+    split_heads,
+    transpose_output,
+    transpose_qkv,
+)
 from mha_lib.interop import from_torch_mha, to_torch_mha
 from mha_lib.masks import causal_mask, padding_mask
 from mha_lib.mha import MultiHeadAttention
 from mha_lib.model import TinyTransformer
 from mha_lib.positional import PositionalEncoding, sinusoidal_encoding
 from mha_lib.text import build_vocab, encode, tokenize
-from mha_lib.variants import D2LMultiHeadAttention, DotProductAttention, EinsumMultiHeadAttention
+from mha_lib.variants import (
+    D2LMultiHeadAttention,
+    DotProductAttention,
+    EinsumMultiHeadAttention,
+)
 
 __all__ = [
     "tokenize", "build_vocab", "encode",

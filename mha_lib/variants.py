@@ -1,15 +1,18 @@
-"""Two published variants, kept with their sources' names (chapters 9 and 10).
+"""Two published variants, kept with their sources' names (chapters 9 and
+10).
 
-* Dive into Deep Learning (d2l): heads folded into the batch with ``transpose_qkv``,
-  masks given as ``valid_lens``; ``DotProductAttention`` and ``D2LMultiHeadAttention``.
-* The einops documentation's rewrite of the attention-is-all-you-need-pytorch
-  repository: ``rearrange`` + ``einsum``, ``d_k != d_v`` allowed, residual + LayerNorm;
+* Dive into Deep Learning (d2l): heads folded into the batch with
+  ``transpose_qkv``, masks given as ``valid_lens``; ``DotProductAttention``
+  and ``D2LMultiHeadAttention``.
+* The einops documentation's rewrite of the
+  attention-is-all-you-need-pytorch repository: ``rearrange`` +
+  ``einsum``, ``d_k != d_v`` allowed, residual + LayerNorm;
   ``EinsumMultiHeadAttention``.
 
-Both use the library's mask convention (True = may attend) and its safe softmax, so a
-query with nothing to attend to gives zeros. Where that differs from the sources: d2l
-fills with minus a million and gives such a row uniform weights; the einops example
-takes True = blocked.
+Both use the library's mask convention (True = may attend) and its safe
+softmax, so a query with nothing to attend to gives zeros. Where that
+differs from the sources: d2l fills with minus a million and gives such a
+row uniform weights; the einops example takes True = blocked.
 
 Shape legend: B - batch, H - heads, Lq/Lk - query/key length, D - head dim.
 """
@@ -33,27 +36,35 @@ from mha_lib.attention import masked_softmax
 from mha_lib.heads import transpose_output, transpose_qkv
 from mha_lib.masks import padding_mask
 
-__all__ = ["DotProductAttention", "D2LMultiHeadAttention", "EinsumMultiHeadAttention"]
+__all__ = [
+    "DotProductAttention",
+    "D2LMultiHeadAttention",
+    "EinsumMultiHeadAttention",
+]
 
 
-def _check_valid_lens(valid_lens: torch.Tensor | None, batch: int, q_len: int) -> None:
+def _check_valid_lens(
+    valid_lens: torch.Tensor | None, batch: int, q_len: int
+) -> None:
     if valid_lens is None:
         return
     if not isinstance(valid_lens, torch.Tensor):
-        raise TypeError(f"valid_lens: expected a tensor of shape ({batch},) or ({batch}, {q_len}), "
-                        f"got {type(valid_lens).__name__}")
+        raise TypeError(
+            f"valid_lens: expected a tensor of shape ({batch},) or "
+            f"({batch}, {q_len}), got {type(valid_lens).__name__}")
     if tuple(valid_lens.shape) not in ((batch,), (batch, q_len)):
-        raise ValueError(f"valid_lens: expected shape ({batch},) or ({batch}, {q_len}) "
-                         f"(batch, or batch x queries), got {tuple(valid_lens.shape)}")
+        raise ValueError(
+            f"valid_lens: expected shape ({batch},) or ({batch}, {q_len}) "
+            f"(batch, or batch x queries), got {tuple(valid_lens.shape)}")
 
 
 class DotProductAttention(nn.Module):
     """d2l's scaled dot-product attention on 3-D tensors.
 
-    ``forward(queries (B, Lq, D), keys (B, Lk, D), values (B, Lk, Dv), valid_lens=None)``
-    returns ``(B, Lq, Dv)`` and keeps the weights in ``self.attention_weights``.
-    ``valid_lens`` ``(B,)`` or ``(B, Lq)``: how many keys each query may see.
-    Derived in chapter 9.
+    ``forward(queries (B, Lq, D), keys (B, Lk, D), values (B, Lk, Dv),
+    valid_lens=None)`` returns ``(B, Lq, Dv)`` and keeps the weights in
+    ``self.attention_weights``. ``valid_lens`` ``(B,)`` or ``(B, Lq)``: how
+    many keys each query may see. Derived in chapter 9.
 
     Args:
         dropout: The dropout probability on the attention weights.
@@ -65,16 +76,20 @@ class DotProductAttention(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.attention_weights: torch.Tensor | None = None
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                valid_lens: torch.Tensor | None = None) -> torch.Tensor:
-        """The attention output ``(B, Lq, Dv)``; the weights go to ``attention_weights``.
+    def forward(
+        self, queries: torch.Tensor, keys: torch.Tensor,
+        values: torch.Tensor, valid_lens: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The attention output ``(B, Lq, Dv)``; the weights go to
+        ``attention_weights``.
 
         Args:
             queries: ``(B, Lq, D)``.
             keys: ``(B, Lk, D)``.
             values: ``(B, Lk, Dv)``.
-            valid_lens: How many keys (from the start) each sample, ``(B,)``, or each
-                query, ``(B, Lq)``, may attend to; None lets every query see every key.
+            valid_lens: How many keys (from the start) each sample,
+                ``(B,)``, or each query, ``(B, Lq)``, may attend to; None
+                lets every query see every key.
         """
         check_tensor("queries", queries, ("B", "Lq", "D"))
         batch, q_len, d = queries.shape
@@ -83,44 +98,51 @@ class DotProductAttention(nn.Module):
         check_dtype("keys", keys, queries.dtype, "the queries'")
         check_dtype("values", values, queries.dtype, "the queries'")
         _check_valid_lens(valid_lens, batch, q_len)
-        scores = torch.bmm(queries, keys.transpose(1, 2)) / math.sqrt(d)  # (B, Lq, Lk)
+        scores = (torch.bmm(queries, keys.transpose(1, 2))
+                  / math.sqrt(d))  # (B, Lq, Lk)
         mask = None
         if valid_lens is not None:
-            mask = padding_mask(valid_lens, keys.size(1))[:, 0]  # (B, 1, Lk) or (B, Lq, Lk)
+            # (B, 1, Lk) or (B, Lq, Lk)
+            mask = padding_mask(valid_lens, keys.size(1))[:, 0]
         self.attention_weights = masked_softmax(scores, mask)  # (B, Lq, Lk)
-        return torch.bmm(self.dropout(self.attention_weights), values)  # (B, Lq, Dv)
+        return torch.bmm(self.dropout(self.attention_weights),
+                         values)  # (B, Lq, Dv)
 
 
 class D2LMultiHeadAttention(nn.Module):
-    """d2l's multi-head attention: projections ``W_q, W_k, W_v, W_o``, heads folded
-    into the batch dimension.
+    """d2l's multi-head attention: projections ``W_q, W_k, W_v, W_o``, heads
+    folded into the batch dimension.
 
     ``forward(queries (B, Lq, query_size), keys (B, Lk, key_size),
-    values (B, Lk, value_size), valid_lens)`` returns ``(B, Lq, num_hiddens)``;
-    ``valid_lens`` ``(B,)``, ``(B, Lq)`` or None, repeated for every head.
-    Derived in chapter 9.
+    values (B, Lk, value_size), valid_lens)`` returns
+    ``(B, Lq, num_hiddens)``; ``valid_lens`` ``(B,)``, ``(B, Lq)`` or None,
+    repeated for every head. Derived in chapter 9.
 
     Args:
         key_size: The width of the keys fed to ``W_k``.
         query_size: The width of the queries fed to ``W_q``.
         value_size: The width of the values fed to ``W_v``.
-        num_hiddens: The width of the projections and of the output (d2l's name for
-            ``d_model``).
+        num_hiddens: The width of the projections and of the output (d2l's
+            name for ``d_model``).
         num_heads: ``H``, a divisor of ``num_hiddens``.
         dropout: The dropout probability on the attention weights.
         bias: Whether the four projections have a bias (d2l: no).
     """
 
-    def __init__(self, key_size: int, query_size: int, value_size: int, num_hiddens: int,
-                 num_heads: int, dropout: float, bias: bool = False):
+    def __init__(self, key_size: int, query_size: int, value_size: int,
+                 num_hiddens: int, num_heads: int, dropout: float,
+                 bias: bool = False):
         super().__init__()
-        for name, size in (("key_size", key_size), ("query_size", query_size),
-                           ("value_size", value_size), ("num_hiddens", num_hiddens)):
+        for name, size in (("key_size", key_size),
+                           ("query_size", query_size),
+                           ("value_size", value_size),
+                           ("num_hiddens", num_hiddens)):
             check_positive_int(name, size)
         check_positive_int("num_heads", num_heads)
         if num_hiddens % num_heads:
-            raise ValueError(f"num_heads: expected a divisor of num_hiddens={num_hiddens}, "
-                             f"got num_heads={num_heads}")
+            raise ValueError(
+                f"num_heads: expected a divisor of "
+                f"num_hiddens={num_hiddens}, got num_heads={num_heads}")
         self.num_heads = num_heads
         self.attention = DotProductAttention(dropout)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
@@ -128,61 +150,81 @@ class D2LMultiHeadAttention(nn.Module):
         self.W_v = nn.Linear(value_size, num_hiddens, bias=bias)
         self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
 
-    def forward(self, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                valid_lens: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self, queries: torch.Tensor, keys: torch.Tensor,
+        values: torch.Tensor, valid_lens: torch.Tensor | None,
+    ) -> torch.Tensor:
         """The output ``(B, Lq, num_hiddens)``.
 
         Args:
             queries: ``(B, Lq, query_size)``.
             keys: ``(B, Lk, key_size)``.
             values: ``(B, Lk, value_size)``.
-            valid_lens: How many keys each sample, ``(B,)``, or each query, ``(B, Lq)``,
-                may attend to, or None for all of them (d2l passes it positionally).
+            valid_lens: How many keys each sample, ``(B,)``, or each query,
+                ``(B, Lq)``, may attend to, or None for all of them (d2l
+                passes it positionally).
         """
         check_tensor("queries", queries, ("B", "Lq", self.W_q.in_features))
         batch = queries.size(0)
         check_tensor("keys", keys, (batch, "Lk", self.W_k.in_features))
-        check_tensor("values", values, (batch, keys.size(1), self.W_v.in_features))
-        for name, x, proj in (("queries", queries, self.W_q), ("keys", keys, self.W_k),
+        check_tensor("values", values,
+                     (batch, keys.size(1), self.W_v.in_features))
+        for name, x, proj in (("queries", queries, self.W_q),
+                              ("keys", keys, self.W_k),
                               ("values", values, self.W_v)):
-            check_dtype(name, x, proj.weight.dtype, "the module's parameters")
-        if queries.numel() == 0:  # transpose_output, as d2l wrote it, cannot unfold no rows
-            raise ValueError(f"queries: expected at least one sample and one query, "
-                             f"got shape {tuple(queries.shape)}")
+            check_dtype(name, x, proj.weight.dtype,
+                        "the module's parameters")
+        # transpose_output, as d2l wrote it, cannot unfold no rows
+        if queries.numel() == 0:
+            raise ValueError(
+                f"queries: expected at least one sample and one query, "
+                f"got shape {tuple(queries.shape)}")
         _check_valid_lens(valid_lens, batch, queries.size(1))
-        queries = transpose_qkv(self.W_q(queries), self.num_heads)  # (B*H, Lq, D)
-        keys = transpose_qkv(self.W_k(keys), self.num_heads)  # (B*H, Lk, D)
-        values = transpose_qkv(self.W_v(values), self.num_heads)  # (B*H, Lk, D)
+        queries = transpose_qkv(self.W_q(queries),
+                                self.num_heads)  # (B*H, Lq, D)
+        keys = transpose_qkv(self.W_k(keys),
+                             self.num_heads)  # (B*H, Lk, D)
+        values = transpose_qkv(self.W_v(values),
+                               self.num_heads)  # (B*H, Lk, D)
         if valid_lens is not None:
-            # each sample's lengths, once per head: (B,) -> (B*H,) or (B, Lq) -> (B*H, Lq)
-            valid_lens = torch.repeat_interleave(valid_lens, repeats=self.num_heads, dim=0)
-        output = self.attention(queries, keys, values, valid_lens)  # (B*H, Lq, D)
-        output_concat = transpose_output(output, self.num_heads)  # (B, Lq, H*D)
+            # each sample's lengths, once per head:
+            # (B,) -> (B*H,) or (B, Lq) -> (B*H, Lq)
+            valid_lens = torch.repeat_interleave(
+                valid_lens, repeats=self.num_heads, dim=0)
+        output = self.attention(queries, keys, values,
+                                valid_lens)  # (B*H, Lq, D)
+        output_concat = transpose_output(output,
+                                         self.num_heads)  # (B, Lq, H*D)
         return self.W_o(output_concat)  # (B, Lq, num_hiddens)
 
 
 class EinsumMultiHeadAttention(nn.Module):
     """The einops documentation's multi-head attention (a rewrite of the
-    attention-is-all-you-need-pytorch repository's): ``rearrange`` + ``einsum``, per-head
-    key size ``d_k`` and value size ``d_v``, then ``LayerNorm(dropout(fc(heads)) + q)``.
+    attention-is-all-you-need-pytorch repository's): ``rearrange`` +
+    ``einsum``, per-head key size ``d_k`` and value size ``d_v``, then
+    ``LayerNorm(dropout(fc(heads)) + q)``.
 
-    ``forward(q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model), mask=None)``
-    returns ``(output (B, Lq, d_model), attn (H, B, Lq, Lk))``: the example's head-first
-    layout. ``mask`` follows the library (True = may attend; the example's is the
-    opposite): ``(B, Lq, Lk)`` or ``(Lq, Lk)`` is shared by all heads, as in the
-    example; a 4-D mask is read as ``(B, H, Lq, Lk)``. Derived in chapter 10.
+    ``forward(q (B, Lq, d_model), k (B, Lk, d_model), v (B, Lk, d_model),
+    mask=None)`` returns ``(output (B, Lq, d_model), attn (H, B, Lq, Lk))``:
+    the example's head-first layout. ``mask`` follows the library (True =
+    may attend; the example's is the opposite): ``(B, Lq, Lk)`` or
+    ``(Lq, Lk)`` is shared by all heads, as in the example; a 4-D mask is
+    read as ``(B, H, Lq, Lk)``. Derived in chapter 10.
 
     Args:
         n_head: ``H``, the number of heads.
         d_model: The width of the inputs and of the output.
         d_k: The width of one head's queries and keys.
         d_v: The width of one head's values.
-        dropout: The dropout probability after the output projection ``fc``.
+        dropout: The dropout probability after the output projection
+            ``fc``.
     """
 
-    def __init__(self, n_head: int, d_model: int, d_k: int, d_v: int, dropout: float = 0.1):
+    def __init__(self, n_head: int, d_model: int, d_k: int, d_v: int,
+                 dropout: float = 0.1):
         super().__init__()
-        for name, value in (("n_head", n_head), ("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
+        for name, value in (("n_head", n_head), ("d_model", d_model),
+                            ("d_k", d_k), ("d_v", d_v)):
             check_positive_int(name, value)
         check_probability("dropout", dropout)
         self.n_head = n_head
@@ -190,48 +232,67 @@ class EinsumMultiHeadAttention(nn.Module):
         self.w_qs = nn.Linear(d_model, n_head * d_k)
         self.w_ks = nn.Linear(d_model, n_head * d_k)
         self.w_vs = nn.Linear(d_model, n_head * d_v)
-        nn.init.normal_(self.w_qs.weight, mean=0, std=math.sqrt(2.0 / (d_model + d_k)))
-        nn.init.normal_(self.w_ks.weight, mean=0, std=math.sqrt(2.0 / (d_model + d_k)))
-        nn.init.normal_(self.w_vs.weight, mean=0, std=math.sqrt(2.0 / (d_model + d_v)))
+        nn.init.normal_(self.w_qs.weight, mean=0,
+                        std=math.sqrt(2.0 / (d_model + d_k)))
+        nn.init.normal_(self.w_ks.weight, mean=0,
+                        std=math.sqrt(2.0 / (d_model + d_k)))
+        nn.init.normal_(self.w_vs.weight, mean=0,
+                        std=math.sqrt(2.0 / (d_model + d_v)))
         self.fc = nn.Linear(n_head * d_v, d_model)
         nn.init.xavier_normal_(self.fc.weight)
         self.dropout = nn.Dropout(p=dropout)
         self.layer_norm = nn.LayerNorm(d_model)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(output (B, Lq, d_model), attn (H, B, Lq, Lk))``.
 
         Args:
-            q: Queries ``(B, Lq, d_model)``, also the residual added before the LayerNorm.
+            q: Queries ``(B, Lq, d_model)``, also the residual added before
+                the LayerNorm.
             k: Keys ``(B, Lk, d_model)``.
             v: Values ``(B, Lk, d_model)``.
-            mask: Bool (True = may attend) or float (added to the scores), ``(Lq, Lk)``,
-                ``(B, Lq, Lk)`` or ``(B, H, Lq, Lk)``; None attends everywhere.
+            mask: Bool (True = may attend) or float (added to the scores),
+                ``(Lq, Lk)``, ``(B, Lq, Lk)`` or ``(B, H, Lq, Lk)``; None
+                attends everywhere.
         """
         check_tensor("q", q, ("B", "Lq", self.d_model))
         check_tensor("k", k, (q.size(0), "Lk", self.d_model))
         check_tensor("v", v, (q.size(0), k.size(1), self.d_model))
-        for name, x, proj in (("q", q, self.w_qs), ("k", k, self.w_ks), ("v", v, self.w_vs)):
-            check_dtype(name, x, proj.weight.dtype, "the module's parameters")
+        for name, x, proj in (("q", q, self.w_qs), ("k", k, self.w_ks),
+                              ("v", v, self.w_vs)):
+            check_dtype(name, x, proj.weight.dtype,
+                        "the module's parameters")
         if mask is not None and not isinstance(mask, torch.Tensor):
-            raise TypeError(f"mask: expected a bool or float tensor, got {type(mask).__name__}")
+            raise TypeError(
+                f"mask: expected a bool or float tensor, "
+                f"got {type(mask).__name__}")
         residual = q
-        q = rearrange(self.w_qs(q), "b l (head k) -> head b l k", head=self.n_head)
-        k = rearrange(self.w_ks(k), "b t (head k) -> head b t k", head=self.n_head)
-        v = rearrange(self.w_vs(v), "b t (head v) -> head b t v", head=self.n_head)
-        attn = torch.einsum("hblk,hbtk->hblt", q, k) / math.sqrt(q.shape[-1])  # (H, B, Lq, Lk)
+        q = rearrange(self.w_qs(q), "b l (head k) -> head b l k",
+                      head=self.n_head)
+        k = rearrange(self.w_ks(k), "b t (head k) -> head b t k",
+                      head=self.n_head)
+        v = rearrange(self.w_vs(v), "b t (head v) -> head b t v",
+                      head=self.n_head)
+        attn = (torch.einsum("hblk,hbtk->hblt", q, k)
+                / math.sqrt(q.shape[-1]))  # (H, B, Lq, Lk)
         if mask is not None:
-            # (B, H, Lq, Lk) -> (H, B, Lq, Lk); a mask without a head axis serves every head
+            # (B, H, Lq, Lk) -> (H, B, Lq, Lk); a mask without a head axis
+            # serves every head
             head, batch, q_len, k_len = attn.shape
             if mask.dim() == 4:
-                check_mask(mask, (batch, head, q_len, k_len), "B H Lq Lk", attn.dtype)
+                check_mask(mask, (batch, head, q_len, k_len), "B H Lq Lk",
+                           attn.dtype)
             else:
-                check_mask(mask, (batch, q_len, k_len), "B Lq Lk", attn.dtype)
+                check_mask(mask, (batch, q_len, k_len), "B Lq Lk",
+                           attn.dtype)
             mask = mask.transpose(0, 1) if mask.dim() == 4 else mask[None]
         attn = masked_softmax(attn, mask)  # (H, B, Lq, Lk)
         output = torch.einsum("hblt,hbtv->hblv", attn, v)  # (H, B, Lq, d_v)
-        output = rearrange(output, "head b l v -> b l (head v)")  # (B, Lq, H*d_v)
+        output = rearrange(output,
+                           "head b l v -> b l (head v)")  # (B, Lq, H*d_v)
         output = self.dropout(self.fc(output))  # (B, Lq, d_model)
         output = self.layer_norm(output + residual)
         return output, attn

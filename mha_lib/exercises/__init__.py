@@ -1,11 +1,12 @@
 """Checkers for the exercises at the end of each chapter.
 
 Each ``check_*`` function takes the reader's answer and returns a
-:class:`~mha_lib.exercises.verdict.Verdict`, which prints as ``Correct: ...`` or
-``Not yet: ...`` with a hint; ``bool(verdict)`` says whether the answer is right.
-A checker compares with the library, so a correct answer is one that agrees with
-``mha_lib``. One module per chapter (``chapter01``, ``chapter02``, ...); every checker
-is also importable from here, and so is ``SENTENCES``, the book's running example.
+:class:`~mha_lib.exercises.verdict.Verdict`, which prints as
+``Correct: ...`` or ``Not yet: ...`` with a hint; ``bool(verdict)`` says
+whether the answer is right. A checker compares with the library, so a
+correct answer is one that agrees with ``mha_lib``. One module per chapter
+(``chapter01``, ``chapter02``, ...); every checker is also importable from
+here, and so is ``SENTENCES``, the book's running example.
 
 Usage, in a notebook::
 
@@ -58,9 +59,9 @@ from mha_lib.exercises.chapter09 import (
     check_unfold_weights,
 )
 from mha_lib.exercises.chapter10 import (
+    check_einops_mask,
     check_einsum_num_parameters,
     check_einsum_scores,
-    check_seed_mask,
 )
 from mha_lib.exercises.chapter11 import (
     check_sdpa_attention,
@@ -114,7 +115,7 @@ __all__ = [
     "check_unfold_weights",
     "check_d2l_to_mha",
     "check_einsum_scores",
-    "check_seed_mask",
+    "check_einops_mask",
     "check_einsum_num_parameters",
     "check_to_torch",
     "check_torch_masks",

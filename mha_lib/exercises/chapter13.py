@@ -13,29 +13,36 @@ from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["check_score_flops", "check_weights_mib", "check_tiled_softmax"]
 
-# (batch, length, d_model, num_heads): the running example, a base transformer layer,
-# a long context with many heads, a single head.
-_CONFIGS = ((3, 6, 8, 4), (1, 1024, 512, 8), (8, 4096, 4096, 32), (2, 100, 64, 1))
+# (batch, length, d_model, num_heads): the running example, a base
+# transformer layer, a long context with many heads, a single head.
+_CONFIGS = ((3, 6, 8, 4), (1, 1024, 512, 8), (8, 4096, 4096, 32),
+            (2, 100, 64, 1))
 
 
-def _score_flops(batch: int, length: int, d_model: int, num_heads: int) -> int:
-    """FLOPs of ``Q K^T`` as PyTorch's own counter sees them (shapes only, no data)."""
+def _score_flops(batch: int, length: int, d_model: int,
+                 num_heads: int) -> int:
+    """FLOPs of ``Q K^T`` as PyTorch's own counter sees them (shapes only,
+    no data)."""
     head_dim = d_model // num_heads
-    q = torch.empty(batch, num_heads, length, head_dim, device="meta")  # (B, H, L, D)
+    q = torch.empty(batch, num_heads, length, head_dim,
+                    device="meta")  # (B, H, L, D)
     with FlopCounterMode(display=False) as counter:
         q @ q.transpose(-2, -1)  # (B, H, L, L)
     return counter.get_total_flops()
 
 
 def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
-    """Exercise 13.1: ``fn(batch, length, d_model, num_heads)`` returns the FLOPs of the
-    score matrix ``Q K^T`` of self-attention (a multiply-add counts as 2 FLOPs)."""
+    """Exercise 13.1: ``fn(batch, length, d_model, num_heads)`` returns the
+    FLOPs of the score matrix ``Q K^T`` of self-attention (a multiply-add
+    counts as 2 FLOPs)."""
     for batch, length, d_model, num_heads in _CONFIGS:
         args = f"fn({batch}, {length}, {d_model}, {num_heads})"
         try:
             given = fn(batch, length, d_model, num_heads)
-        except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"{args} raised {type(error).__name__}: {error}")
+        except Exception as error:
+            # the reader's code: report it, do not crash the notebook
+            return Verdict(
+                False, f"{args} raised {type(error).__name__}: {error}")
         expected = _score_flops(batch, length, d_model, num_heads)
         if given == expected:
             continue
@@ -44,22 +51,32 @@ def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
             hint = ": a multiply-add is 2 FLOPs"
         elif given == 2 * expected:
             hint = ": count Q K^T only, not weights @ V as well"
-        elif given in (expected * num_heads, expected // num_heads) and num_heads > 1:
-            hint = ": each of the H heads has head_dim = d_model / H, so H * L * L * head_dim"
-        return Verdict(False, f"{args} should be {expected:,}, got {given!r}{hint}")
-    return Verdict(True, "Q K^T costs 2 * B * L^2 * d_model FLOPs: quadratic in L, "
-                         "independent of the number of heads")
+        elif (given in (expected * num_heads, expected // num_heads)
+              and num_heads > 1):
+            hint = (": each of the H heads has head_dim = d_model / H, "
+                    "so H * L * L * head_dim")
+        return Verdict(
+            False, f"{args} should be {expected:,}, got {given!r}{hint}")
+    return Verdict(
+        True, "Q K^T costs 2 * B * L^2 * d_model FLOPs: quadratic in L, "
+              "independent of the number of heads")
 
 
-def _weights_mib(batch: int, length: int, num_heads: int, dtype: torch.dtype) -> float:
-    weights = torch.empty(batch, num_heads, length, length, dtype=dtype, device="meta")
+def _weights_mib(batch: int, length: int, num_heads: int,
+                 dtype: torch.dtype) -> float:
+    weights = torch.empty(batch, num_heads, length, length, dtype=dtype,
+                          device="meta")
     return weights.nelement() * weights.element_size() / 2**20
 
 
-def check_weights_mib(fn: Callable[[int, int, int, torch.dtype], float]) -> Verdict:
-    """Exercise 13.2: ``fn(batch, length, num_heads, dtype)`` returns the size in MiB
-    (2**20 bytes) of the attention weights ``(B, H, L, L)`` of self-attention."""
-    # First a real tensor: the weights MultiHeadAttention returns for the running example.
+def check_weights_mib(
+    fn: Callable[[int, int, int, torch.dtype], float],
+) -> Verdict:
+    """Exercise 13.2: ``fn(batch, length, num_heads, dtype)`` returns the
+    size in MiB (2**20 bytes) of the attention weights ``(B, H, L, L)`` of
+    self-attention."""
+    # First a real tensor: the weights MultiHeadAttention returns for the
+    # running example.
     with torch.random.fork_rng():  # leave the reader's random state alone
         torch.manual_seed(12)
         module = MultiHeadAttention(8, 4).eval()
@@ -67,7 +84,8 @@ def check_weights_mib(fn: Callable[[int, int, int, torch.dtype], float]) -> Verd
             _, weights = module(torch.randn(3, 6, 8))
     real = weights.nelement() * weights.element_size() / 2**20
     cases = [((3, 6, 4, torch.float32), real)]
-    for batch, length, num_heads in ((1, 4096, 8), (8, 2048, 16), (2, 100, 1)):
+    for batch, length, num_heads in ((1, 4096, 8), (8, 2048, 16),
+                                     (2, 100, 1)):
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             cases.append(((batch, length, num_heads, dtype),
                           _weights_mib(batch, length, num_heads, dtype)))
@@ -75,10 +93,14 @@ def check_weights_mib(fn: Callable[[int, int, int, torch.dtype], float]) -> Verd
         args = f"fn({batch}, {length}, {num_heads}, {dtype})"
         try:
             given = fn(batch, length, num_heads, dtype)
-        except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"{args} raised {type(error).__name__}: {error}")
+        except Exception as error:
+            # the reader's code: report it, do not crash the notebook
+            return Verdict(
+                False, f"{args} raised {type(error).__name__}: {error}")
         if not isinstance(given, (int, float)) or isinstance(given, bool):
-            return Verdict(False, f"{args} should return a number, got {type(given).__name__}")
+            return Verdict(
+                False, f"{args} should return a number, "
+                       f"got {type(given).__name__}")
         if abs(given - expected) <= 1e-9 * expected:
             continue
         hint = ""
@@ -86,25 +108,36 @@ def check_weights_mib(fn: Callable[[int, int, int, torch.dtype], float]) -> Verd
             hint = ": a MiB is 2**20 bytes, not 10**6"
         elif abs(given - expected * 2**20) <= 1e-6 * expected * 2**20:
             hint = ": that is bytes; divide by 2**20 for MiB"
-        elif dtype != torch.float32 and abs(given - 2 * expected) <= 1e-6 * expected:
-            hint = f": an element of {dtype} takes {torch.finfo(dtype).bits // 8} bytes"
-        return Verdict(False, f"{args} should be {expected:.6g} MiB, got {given!r}{hint}")
-    return Verdict(True, "B * H * L^2 * bytes per element: 1 x 8 heads x 4096^2 in float32 "
-                         "is 512 MiB, for one layer's weights alone")
+        elif (dtype != torch.float32
+              and abs(given - 2 * expected) <= 1e-6 * expected):
+            hint = (f": an element of {dtype} takes "
+                    f"{torch.finfo(dtype).bits // 8} bytes")
+        return Verdict(
+            False,
+            f"{args} should be {expected:.6g} MiB, got {given!r}{hint}")
+    return Verdict(
+        True, "B * H * L^2 * bytes per element: 1 x 8 heads x 4096^2 in "
+              "float32 is 512 MiB, for one layer's weights alone")
 
 
-def _per_block_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
+def _per_block_softmax(scores: torch.Tensor,
+                       block_size: int) -> torch.Tensor:
     """The usual mistake: each block normalised on its own."""
     return torch.cat([torch.softmax(block, dim=-1)
-                      for block in scores.split(block_size, dim=-1)], dim=-1)
+                      for block in scores.split(block_size, dim=-1)],
+                     dim=-1)
 
 
-def check_tiled_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verdict:
-    """Exercise 13.3: ``fn(scores, block_size)`` returns ``softmax(scores, dim=-1)``,
-    reading the last dim in blocks of ``block_size`` with a running max and sum."""
+def check_tiled_softmax(
+    fn: Callable[[torch.Tensor, int], torch.Tensor],
+) -> Verdict:
+    """Exercise 13.3: ``fn(scores, block_size)`` returns
+    ``softmax(scores, dim=-1)``, reading the last dim in blocks of
+    ``block_size`` with a running max and sum."""
     generator = torch.Generator().manual_seed(1212)
     cases = [
-        ("random (2, 3, 5, 7)", torch.randn(2, 3, 5, 7, generator=generator), (1, 3, 7, 10)),
+        ("random (2, 3, 5, 7)",
+         torch.randn(2, 3, 5, 7, generator=generator), (1, 3, 7, 10)),
         ("scores near 1000 (exp overflows without the max)",
          1000 + torch.randn(4, 9, generator=generator), (2, 4)),
         ("the largest score in the last block",
@@ -116,18 +149,29 @@ def check_tiled_softmax(fn: Callable[[torch.Tensor, int], torch.Tensor]) -> Verd
             args = f"fn({name}, block_size={block_size})"
             try:
                 given = fn(scores.clone(), block_size)
-            except Exception as error:  # the reader's code: report, do not crash the notebook
-                return Verdict(False, f"{args} raised {type(error).__name__}: {error}")
+            except Exception as error:
+                # the reader's code: report it, do not crash the notebook
+                return Verdict(
+                    False,
+                    f"{args} raised {type(error).__name__}: {error}")
             verdict = close(args, given, expected, "")
             if verdict:
                 continue
-            if isinstance(given, torch.Tensor) and not torch.isfinite(given).all():
-                return Verdict(False, f"{args} has inf or NaN: subtract the running max "
-                                      "before exp")
-            if isinstance(given, torch.Tensor) and given.shape == expected.shape and \
-                    torch.allclose(given, _per_block_softmax(scores, block_size), atol=1e-6):
-                return Verdict(False, f"{args} normalises each block on its own: divide by "
-                                      "the sum over all blocks, rescaled when the max changes")
+            if (isinstance(given, torch.Tensor)
+                    and not torch.isfinite(given).all()):
+                return Verdict(
+                    False, f"{args} has inf or NaN: subtract the running "
+                           "max before exp")
+            if (isinstance(given, torch.Tensor)
+                    and given.shape == expected.shape
+                    and torch.allclose(
+                        given, _per_block_softmax(scores, block_size),
+                        atol=1e-6)):
+                return Verdict(
+                    False, f"{args} normalises each block on its own: "
+                           "divide by the sum over all blocks, rescaled "
+                           "when the max changes")
             return verdict
-    return Verdict(True, "one pass for the running max and sum, one for the weights: "
-                         "never more than one block of scores at a time")
+    return Verdict(
+        True, "one pass for the running max and sum, one for the weights: "
+              "never more than one block of scores at a time")

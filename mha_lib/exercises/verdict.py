@@ -9,8 +9,8 @@ import torch
 
 __all__ = ["Verdict", "compare", "close", "check_calls", "SENTENCES"]
 
-# The book's running example (from Phillips' multi-head attention article): three
-# sentences of six tokens each.
+# The book's running example (from Phillips' multi-head attention article):
+# three sentences of six tokens each.
 SENTENCES = [
     "I wonder what will come next!",
     "This is a basic example paragraph.",
@@ -22,7 +22,8 @@ SENTENCES = [
 class Verdict:
     """The outcome of a check: ``ok`` and a message for the reader.
 
-    Prints as ``Correct: ...`` or ``Not yet: ...``; ``bool(verdict)`` is ``ok``.
+    Prints as ``Correct: ...`` or ``Not yet: ...``; ``bool(verdict)`` is
+    ``ok``.
 
     Args:
         ok: Whether the answer is right.
@@ -39,7 +40,9 @@ class Verdict:
         return ("Correct: " if self.ok else "Not yet: ") + self.message
 
 
-def compare(name: str, given: object, expected: object, success: str) -> Verdict:
+def compare(
+    name: str, given: object, expected: object, success: str
+) -> Verdict:
     """Equality check of plain Python values."""
     if given == expected:
         return Verdict(True, success)
@@ -50,29 +53,40 @@ def close(name: str, given: object, expected: torch.Tensor, success: str,
           atol: float = 1e-5, rtol: float = 1e-5) -> Verdict:
     """Tensor check: type, shape, then values within tolerance."""
     if not isinstance(given, torch.Tensor):
-        return Verdict(False, f"{name} should be a tensor, got {type(given).__name__}")
+        return Verdict(
+            False, f"{name} should be a tensor, got {type(given).__name__}")
     if given.shape != expected.shape:
-        return Verdict(False, f"{name} should have shape {tuple(expected.shape)}, "
-                              f"got {tuple(given.shape)}")
-    if not torch.allclose(given.detach().to(expected.dtype), expected, atol=atol, rtol=rtol):
-        worst = (given.detach().to(expected.dtype) - expected).abs().max().item()
-        return Verdict(False, f"{name} has the right shape but different values "
-                              f"(largest difference {worst:.3g})")
+        return Verdict(
+            False, f"{name} should have shape {tuple(expected.shape)}, "
+                   f"got {tuple(given.shape)}")
+    if not torch.allclose(given.detach().to(expected.dtype), expected,
+                          atol=atol, rtol=rtol):
+        worst = (given.detach().to(expected.dtype)
+                 - expected).abs().max().item()
+        return Verdict(
+            False, f"{name} has the right shape but different values "
+                   f"(largest difference {worst:.3g})")
     return Verdict(True, success)
 
 
-def check_calls(fn: Callable, cases: Iterable[tuple], expected: Callable, success: str) -> Verdict:
-    """Call the reader's ``fn(*args)`` for every ``args`` in ``cases`` and compare with
-    ``expected(*args)``; the first wrong or raising call is the hint."""
+def check_calls(
+    fn: Callable, cases: Iterable[tuple], expected: Callable, success: str
+) -> Verdict:
+    """Call the reader's ``fn(*args)`` for every ``args`` in ``cases`` and
+    compare with ``expected(*args)``; the first wrong or raising call is the
+    hint."""
     for args in cases:
         call = f"fn({', '.join(map(repr, args))})"
         want = expected(*args)
         try:
             given = fn(*args)
-        except Exception as error:  # the reader's code: report, do not crash the notebook
-            return Verdict(False, f"{call} raised {type(error).__name__}: {error}")
+        except Exception as error:
+            # the reader's code: report it, do not crash the notebook
+            return Verdict(
+                False, f"{call} raised {type(error).__name__}: {error}")
         if given != want:
             number = isinstance(want, int) and not isinstance(want, bool)
             shown = f"{want:,}" if number else repr(want)
-            return Verdict(False, f"{call} should be {shown}, got {given!r}")
+            return Verdict(
+                False, f"{call} should be {shown}, got {given!r}")
     return Verdict(True, success)
