@@ -1,20 +1,31 @@
-"""Time and memory of the attention implementations, side by side (chapter 13).
+"""Time and memory of multi-head attention, ours against the strongest
+peers (chapter 13).
 
-Run ``python -m mha_lib.bench --help``. For every sequence length it measures, in one
-process and interleaved (round-robin, so that a slower moment of the machine hits every
-implementation alike):
+Run ``python -m mha_lib.bench --help``. For every sequence length it
+measures, in one process and interleaved (round-robin, rotating the order,
+so that a slower moment of the machine hits every implementation alike):
 
-* ``explicit``: ``MultiHeadAttention(need_weights=True)``, the path the book derives;
-* ``fused``: ``MultiHeadAttention(need_weights=False)`` on
-  ``F.scaled_dot_product_attention``, its projections on oneDNN (``mha_lib.linear``);
-* ``torch``: ``nn.MultiheadAttention(batch_first=True)`` with the same weights,
-  ``need_weights=False``, the reference;
+* ``explicit``: ``MultiHeadAttention(need_weights=True)``, the path the book
+  derives;
+* ``fused``: ``MultiHeadAttention(need_weights=False)``, its four
+  ``nn.Linear`` layers around ``F.scaled_dot_product_attention``;
+* ``combined``: :class:`CombinedQKV`, the shortest fast module a reader
+  could write: one ``nn.Linear`` to ``3 * d_model`` for Q, K and V, then
+  ``F.scaled_dot_product_attention``;
+* ``torch``: ``nn.MultiheadAttention(batch_first=True)``,
+  ``need_weights=False``;
 * ``compiled`` (``--compile``): ``torch.compile`` of the fused path.
 
-Each is timed in two modes, ``fwd`` (eval, no grad) and ``train`` (forward + backward);
-a table of median milliseconds and ratios to ``torch`` is printed and a plot saved.
-Peak memory of forward + backward is measured once per length, on CUDA with the
-allocator's peak counter, on CPU from the profiler's allocation events.
+All share the same weights. Each is timed in two modes: ``fwd`` (eval mode,
+no gradients: what inference runs; ``nn.MultiheadAttention`` then takes its
+native fast path) and ``train`` (forward and backward). The table gives
+median milliseconds and the ratios of ``fused`` to ``combined`` and to
+``torch``. In the same rounds it times a float matrix product of
+``matmul_size`` cubed, this machine's matrix-multiply rate, and reports the
+fused forward's rate (the FLOPs of its matrix products per second) as a
+fraction of it. Peak memory of one forward and backward is measured once per
+length: on CUDA with the allocator's peak counter, on the CPU from the
+profiler's allocation events.
 """
 
 from __future__ import annotations
@@ -29,45 +40,112 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mha_lib.interop import to_torch_mha
 from mha_lib.mha import MultiHeadAttention
 
-__all__ = ["Result", "benchmark", "peak_memory", "main"]
+__all__ = ["CombinedQKV", "Result", "attention_flops", "benchmark",
+           "format_table", "main", "peak_memory"]
 
 MODES = ("fwd", "train")
+ORDER = ("explicit", "fused", "combined", "compiled", "torch")
+
+
+class CombinedQKV(nn.Module):
+    """Self-attention as a reader would write it for speed: one linear
+    layer for Q, K and V, then ``F.scaled_dot_product_attention``.
+    ``CombinedQKV.like(m)`` copies the weights of a
+    :class:`~mha_lib.MultiHeadAttention`.
+
+    Args:
+        d_model: Width of every token vector.
+        num_heads: Number of heads; must divide ``d_model``.
+    """
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` ``(B, L, d_model)`` -> ``(B, L, d_model)``."""
+        batch, length, d_model = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, -1)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, D)
+        out = F.scaled_dot_product_attention(q, k, v)  # (B, H, L, D)
+        return self.out(out.transpose(1, 2).reshape(batch, length, d_model))
+
+    @classmethod
+    def like(cls, m: MultiHeadAttention) -> CombinedQKV:
+        """A ``CombinedQKV`` with ``m``'s weights, device and dtype."""
+        weight = m.q_proj.weight
+        peer = cls(m.d_model, m.num_heads).to(weight.device, weight.dtype)
+        with torch.no_grad():
+            layers = (m.q_proj, m.k_proj, m.v_proj)
+            peer.qkv.weight.copy_(torch.cat([p.weight for p in layers]))
+            peer.qkv.bias.copy_(torch.cat([p.bias for p in layers]))
+            peer.out.load_state_dict(m.out_proj.state_dict())
+        return peer
+
+
+def attention_flops(batch: int, length: int, d_model: int) -> int:
+    """FLOPs of the matrix products of one self-attention forward: four
+    projections, ``8 B L d_model^2``, and ``Q K^T`` and ``P V``,
+    ``4 B L^2 d_model`` (a multiply-add is 2 FLOPs; chapter 13)."""
+    return 8 * batch * length * d_model**2 + 4 * batch * length**2 * d_model
 
 
 @dataclass
 class Result:
-    """Median times (ms) per (implementation, mode, length) and peak memory (MiB)."""
+    """Median times (ms) per (implementation, mode, length), peak memory
+    (MiB) per (implementation, length), matmul rate (GFLOP/s) per length."""
 
     lengths: list[int]
+    batch: int = 8
+    d_model: int = 512
     times: dict[tuple[str, str, int], float] = field(default_factory=dict)
     memory: dict[tuple[str, int], float] = field(default_factory=dict)
+    matmul_gflops: dict[int, float] = field(default_factory=dict)
 
-    def ratio(self, impl: str, mode: str, length: int, reference: str = "torch") -> float:
-        return self.times[impl, mode, length] / self.times[reference, mode, length]
+    def ratio(self, impl: str, mode: str, length: int,
+              reference: str = "torch") -> float:
+        """Median time of ``impl`` over that of ``reference``."""
+        return (self.times[impl, mode, length]
+                / self.times[reference, mode, length])
+
+    def fused_gflops(self, length: int) -> float:
+        """The fused forward's rate: its matrix products' FLOPs per
+        second, in GFLOP/s."""
+        flops = attention_flops(self.batch, length, self.d_model)
+        return flops / self.times["fused", "fwd", length] / 1e6
+
+    def matmul_fraction(self, length: int) -> float:
+        """The fused forward's rate over this machine's matmul rate."""
+        return self.fused_gflops(length) / self.matmul_gflops[length]
 
 
-def _implementations(d_model: int, num_heads: int, device: str, dtype: torch.dtype,
-                     compile_: bool
-                     ) -> tuple[dict[str, Callable[[torch.Tensor], torch.Tensor]], list[nn.Module]]:
-    ours = MultiHeadAttention(d_model, num_heads).to(device=device, dtype=dtype)
+def _implementations(d_model: int, num_heads: int, device: str,
+                     dtype: torch.dtype, compile_: bool
+                     ) -> tuple[dict[str, Callable], list[nn.Module]]:
+    ours = MultiHeadAttention(d_model, num_heads).to(device, dtype)
+    combined = CombinedQKV.like(ours)
     reference = to_torch_mha(ours)
-    impls = {
+    impls: dict[str, Callable] = {
         "explicit": lambda x: ours(x, need_weights=True)[0],
         "fused": lambda x: ours(x, need_weights=False)[0],
+        "combined": combined,
         "torch": lambda x: reference(x, x, x, need_weights=False)[0],
     }
     if compile_:
-        compiled = torch.compile(lambda x: ours(x, need_weights=False)[0])
-        impls["compiled"] = compiled
-    return impls, [ours, reference]
+        impls["compiled"] = torch.compile(
+            lambda x: ours(x, need_weights=False)[0])
+    return impls, [ours, combined, reference]
 
 
-def _step(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, mode: str) -> None:
+def _step(fn: Callable, x: torch.Tensor, mode: str) -> None:
     if mode == "fwd":
         with torch.no_grad():
             fn(x)
@@ -80,10 +158,19 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _timed(fn: Callable[[], object], device: str) -> float:
+    """Milliseconds of one call."""
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return (time.perf_counter() - start) * 1e3
+
+
 @contextlib.contextmanager
 def _quiet_stderr():
-    """Silence file descriptor 2: the CPU profiler writes log lines straight to it,
-    past Python's sys.stderr (and so into notebook outputs)."""
+    """Silence file descriptor 2: the CPU profiler writes log lines straight
+    to it, past Python's sys.stderr (and so into notebook outputs)."""
     sys.stderr.flush()
     saved = os.dup(2)
     try:
@@ -96,9 +183,10 @@ def _quiet_stderr():
         os.close(saved)
 
 
-def peak_memory(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
-    """Peak memory (MiB) allocated during one forward + backward of ``fn(x)``, beyond
-    what was allocated before it."""
+def peak_memory(fn: Callable[[torch.Tensor], torch.Tensor],
+                x: torch.Tensor) -> float:
+    """Peak memory (MiB) allocated during one forward + backward of
+    ``fn(x)``, beyond what was allocated before it."""
     if x.device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -108,10 +196,11 @@ def peak_memory(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
         return (torch.cuda.max_memory_allocated() - before) / 2**20
     from torch.profiler import ProfilerActivity, profile
 
-    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU],
+                                  profile_memory=True) as prof:
         fn(x).sum().backward()
-    # Every event's own allocations (+) and frees (-), in time order: the running sum
-    # is the memory held at each moment, and its maximum the peak.
+    # Every event's own allocations (+) and frees (-), in time order: the
+    # running sum is the memory held at each moment, its maximum the peak.
     events = sorted(prof.events(), key=lambda e: e.time_range.start)
     current = peak = 0
     for event in events:
@@ -120,43 +209,72 @@ def peak_memory(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> 
     return peak / 2**20
 
 
-def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512, num_heads: int = 8,
-              dtype: torch.dtype = torch.float32, device: str = "cpu", rounds: int = 7,
-              repeat: int = 1, warmup: int = 2, modes: Sequence[str] = MODES,
-              compile_: bool = False, memory: bool = True, progress: bool = True) -> Result:
-    """Interleaved timing of every implementation at every length; medians of ``rounds``.
+def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512,
+              num_heads: int = 8, dtype: torch.dtype = torch.float32,
+              device: str = "cpu", rounds: int = 7, warmup: int = 2,
+              modes: Sequence[str] = MODES, compile_: bool = False,
+              memory: bool = True, matmul_size: int = 2048,
+              progress: bool = True) -> Result:
+    """Interleaved timing of every implementation at every length; medians
+    of ``rounds`` after ``warmup`` rounds. ``rounds=0`` skips the timing
+    (memory only).
 
-    ``rounds=0`` skips the timing (memory only)."""
+    Args:
+        lengths: Sequence lengths ``L`` to measure.
+        batch: Batch size ``B``.
+        d_model: Model width.
+        num_heads: Number of heads.
+        dtype: Floating dtype of inputs and weights.
+        device: ``"cpu"`` or ``"cuda"``.
+        rounds: Timed rounds per length and mode; the median is kept.
+        warmup: Untimed rounds first.
+        modes: ``"fwd"`` (eval, no gradients) and/or ``"train"``.
+        compile_: Also time ``torch.compile`` of the fused path.
+        memory: Also measure peak memory of forward + backward.
+        matmul_size: Size ``n`` of the ``n x n`` matrix product timed
+            alongside, for the machine's matmul rate.
+        progress: Print a progress bar to stderr.
+    """
     torch.manual_seed(0)
-    impls, modules = _implementations(d_model, num_heads, device, dtype, compile_)
+    impls, modules = _implementations(d_model, num_heads, device, dtype,
+                                      compile_)
     names = list(impls)
-    result = Result(list(lengths))
+    result = Result(list(lengths), batch, d_model)
     if rounds == 0:
         modes, warmup = (), 0
     total = max(1, len(lengths) * len(modes) * (warmup + rounds))
     done = 0
+    square = torch.randn(matmul_size, matmul_size, device=device, dtype=dtype)
+
+    def matmul() -> torch.Tensor:
+        return square @ square
     for length in lengths:
         x = torch.randn(batch, length, d_model, device=device, dtype=dtype)
+        matmul_ms: list[float] = []
         for mode in modes:
-            for module in modules:  # eval for "fwd": nn.MultiheadAttention's fast path
+            for module in modules:  # eval for fwd: nn.MHA's fast path
                 module.train(mode == "train")
-            xm = x.requires_grad_(mode == "train")
+            xm = x.detach().requires_grad_(mode == "train")
             samples: dict[str, list[float]] = {name: [] for name in names}
             for r in range(warmup + rounds):
-                order = names[r % len(names):] + names[: r % len(names)]  # rotate the order
-                for name in order:
-                    _sync(device)
-                    start = time.perf_counter()
-                    for _ in range(repeat):
-                        _step(impls[name], xm, mode)
-                    _sync(device)
+                shift = r % len(names)
+                for name in names[shift:] + names[:shift]:  # rotate
+                    ms = _timed(lambda name=name, xm=xm, mode=mode:
+                                _step(impls[name], xm, mode), device)
                     if r >= warmup:
-                        samples[name].append((time.perf_counter() - start) * 1e3 / repeat)
+                        samples[name].append(ms)
+                if mode == "fwd" and r >= warmup:
+                    matmul_ms.append(_timed(matmul, device))
                 done += 1
                 if progress:
                     _progress(done, total, f"L={length} {mode}")
             for name in names:
-                result.times[name, mode, length] = statistics.median(samples[name])
+                result.times[name, mode, length] = \
+                    statistics.median(samples[name])
+        if matmul_ms:
+            flops = 2 * matmul_size**3
+            result.matmul_gflops[length] = \
+                flops / statistics.median(matmul_ms) / 1e6
         if memory:
             for module in modules:
                 module.train()
@@ -170,93 +288,120 @@ def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512, num_he
 
 def _progress(done: int, total: int, label: str, width: int = 30) -> None:
     filled = width * done // total
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label:<16}",
-          end="", file=sys.stderr, flush=True)
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} "
+          f"{label:<16}", end="", file=sys.stderr, flush=True)
+
+
+def _names(result: Result) -> list[str]:
+    found = {key[0] for key in [*result.times, *result.memory]}
+    return [name for name in ORDER if name in found]
 
 
 def format_table(result: Result) -> str:
-    names = sorted({key[0] for key in [*result.times, *result.memory]}, key=_order)
+    """The times (ms) and ratios, the matmul rate, and the peak memory,
+    as text tables."""
+    names = _names(result)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
     lines: list[str] = []
-    header = f"{'L':>6} {'mode':>5} " + " ".join(f"{n + ' ms':>13}" for n in names) + " " + \
-        " ".join(f"{n + '/torch':>15}" for n in names if n != "torch")
     if result.times:
-        lines.append(header)
-    for length in result.lengths if result.times else []:
-        for mode in modes:
-            row = f"{length:>6} {mode:>5} "
-            row += " ".join(f"{result.times[n, mode, length]:>13.2f}" for n in names) + " "
-            row += " ".join(f"{result.ratio(n, mode, length):>15.3f}"
-                            for n in names if n != "torch")
-            lines.append(row)
+        lines.append(f"{'L':>6} {'mode':>5} "
+                     + " ".join(f"{n[:8] + ' ms':>11}" for n in names)
+                     + f" {'fused/comb':>10} {'fused/torch':>11}")
+        for length in result.lengths:
+            for mode in modes:
+                row = f"{length:>6} {mode:>5} " + " ".join(
+                    f"{result.times[n, mode, length]:>11.1f}" for n in names)
+                row += (f" {result.ratio('fused', mode, length, 'combined'):>10.3f}"
+                        f" {result.ratio('fused', mode, length):>11.3f}")
+                lines.append(row)
+    if result.matmul_gflops:
+        lines += ["", f"{'L':>6} {'fused fwd GFLOP/s':>18} "
+                      f"{'matmul GFLOP/s':>15} {'fraction':>9}"]
+        for length in result.lengths:
+            lines.append(f"{length:>6} {result.fused_gflops(length):>18.1f} "
+                         f"{result.matmul_gflops[length]:>15.1f} "
+                         f"{result.matmul_fraction(length):>9.2f}")
     if result.memory:
         if lines:
             lines.append("")
-        lines.append(f"{'L':>6} " + " ".join(f"{n + ' MiB':>13}" for n in names) +
-                     f" {'fused/explicit':>15}")
+        lines.append(f"{'L':>6} " + " ".join(f"{n[:8] + ' MiB':>12}"
+                                             for n in names)
+                     + f" {'fused/explicit':>15}")
         for length in result.lengths:
-            row = f"{length:>6} " + " ".join(f"{result.memory[n, length]:>13.1f}" for n in names)
-            row += f" {result.memory['fused', length] / result.memory['explicit', length]:>15.3f}"
-            lines.append(row)
+            row = f"{length:>6} " + " ".join(
+                f"{result.memory[n, length]:>12.1f}" for n in names)
+            fraction = (result.memory["fused", length]
+                        / result.memory["explicit", length])
+            lines.append(row + f" {fraction:>15.3f}")
     return "\n".join(lines)
 
 
-def _order(name: str) -> int:
-    return ["explicit", "fused", "compiled", "torch"].index(name)
-
-
 def plot(result: Result, path: str) -> None:
-    from matplotlib.figure import Figure  # no pyplot: no window, no change of backend
+    """Save log-log plots of time per mode and of memory against ``L``."""
+    from matplotlib.figure import Figure  # no pyplot: no window
 
-    names = sorted({key[0] for key in [*result.times, *result.memory]}, key=_order)
+    names = _names(result)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
     panels = len(modes) + bool(result.memory)
     fig = Figure(figsize=(5 * panels, 4), layout="constrained")
     axes = list(fig.subplots(1, panels, squeeze=False)[0])
-    for ax, mode in zip(axes, modes, strict=False):
-        for name in names:
-            ax.plot(result.lengths, [result.times[name, mode, n] for n in result.lengths],
-                    marker="o", label=name)
-        ax.set(xscale="log", yscale="log", xlabel="sequence length L", ylabel="median ms",
-               title=f"time, {mode}")
-        ax.legend()
+    series = [(ax, mode, lambda n, L, mode=mode: result.times[n, mode, L],
+               "median ms", f"time, {mode}")
+              for ax, mode in zip(axes, modes, strict=False)]
     if result.memory:
-        ax = axes[-1]
+        series.append((axes[-1], None, lambda n, L: result.memory[n, L],
+                       "peak MiB (fwd + bwd)", "memory"))
+    for ax, _, value, ylabel, title in series:
         for name in names:
-            ax.plot(result.lengths, [result.memory[name, n] for n in result.lengths],
+            ax.plot(result.lengths, [value(name, n) for n in result.lengths],
                     marker="o", label=name)
         ax.set(xscale="log", yscale="log", xlabel="sequence length L",
-               ylabel="peak MiB (fwd + bwd)", title="memory")
+               ylabel=ylabel, title=title)
         ax.legend()
     fig.savefig(path, dpi=120)
 
 
 def main(argv: Sequence[str] | None = None) -> Result:
-    parser = argparse.ArgumentParser(prog="python -m mha_lib.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512, 1024])
+    """The command line: ``python -m mha_lib.bench [options]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_lib.bench", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+",
+                        default=[128, 256, 512, 1024])
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--d-model", type=int, default=512)
     parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="float32",
+                        choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--device",
+                        default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (1 gives steadier numbers on a busy machine)")
-    parser.add_argument("--rounds", type=int, default=7, help="timed rounds; the median is kept")
-    parser.add_argument("--repeat", type=int, default=1, help="calls per timed sample")
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile")
-    parser.add_argument("--no-memory", action="store_true", help="skip peak memory")
-    parser.add_argument("--plot", default="bench.png", help="where to save the plot ('' = none)")
+                        help="torch CPU threads (default: PyTorch's choice)")
+    parser.add_argument("--rounds", type=int, default=7,
+                        help="timed rounds; the median is kept")
+    parser.add_argument("--warmup", type=int, default=2,
+                        help="untimed rounds first")
+    parser.add_argument("--modes", nargs="+", default=list(MODES),
+                        choices=MODES)
+    parser.add_argument("--matmul-size", type=int, default=2048,
+                        help="n of the n x n matmul timed for the rate")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time torch.compile of the fused path")
+    parser.add_argument("--no-memory", action="store_true",
+                        help="skip peak memory")
+    parser.add_argument("--plot", default="bench.png",
+                        help="where to save the plot ('' = none)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     result = benchmark(args.lengths, args.batch, args.d_model, args.heads,
-                       getattr(torch, args.dtype), args.device, args.rounds, args.repeat,
-                       modes=args.modes, compile_=args.compile, memory=not args.no_memory)
-    print(f"batch {args.batch}, d_model {args.d_model}, {args.heads} heads, {args.dtype}, "
-          f"{args.device}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"median of {args.rounds} interleaved rounds")
+                       getattr(torch, args.dtype), args.device, args.rounds,
+                       args.warmup, args.modes, args.compile,
+                       not args.no_memory, args.matmul_size)
+    print(f"batch {args.batch}, d_model {args.d_model}, {args.heads} heads, "
+          f"{args.dtype}, {args.device}, {torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}, median of {args.rounds} interleaved "
+          f"rounds")
     print(format_table(result))
     if args.plot:
         plot(result, args.plot)

@@ -8,17 +8,49 @@ import pytest
 import torch
 
 from mha_lib import MultiHeadAttention
-from mha_lib.bench import Result, benchmark, format_table, main, peak_memory
+from mha_lib.bench import (
+    CombinedQKV,
+    Result,
+    attention_flops,
+    benchmark,
+    format_table,
+    main,
+    peak_memory,
+)
 
 
 def test_benchmark_times_every_implementation_and_mode():
     result = benchmark([16, 32], batch=1, d_model=16, num_heads=2, rounds=1, warmup=0,
                        memory=False, progress=False)
-    assert set(result.times) == {(impl, mode, n) for impl in ("explicit", "fused", "torch")
+    impls = ("explicit", "fused", "combined", "torch")
+    assert set(result.times) == {(impl, mode, n) for impl in impls
                                  for mode in ("fwd", "train") for n in (16, 32)}
     assert all(t > 0 for t in result.times.values())
-    table = format_table(result)
-    assert "fused/torch" in table and len(table.splitlines()) == 1 + 2 * 2
+    assert set(result.matmul_gflops) == {16, 32}
+    assert all(0 < result.matmul_fraction(n) for n in (16, 32))
+    table = format_table(result).splitlines()
+    assert "fused/comb" in table[0] and "fused/torch" in table[0]
+    assert len(table) == (1 + 2 * 2) + (2 + 2)  # times, then the matmul rates
+    assert "matmul GFLOP/s" in table[6]
+
+
+def test_combined_peer_has_the_same_weights_and_numbers():
+    torch.manual_seed(1)
+    m = MultiHeadAttention(32, 4).eval()
+    peer = CombinedQKV.like(m)
+    x = torch.randn(2, 9, 32)
+    torch.testing.assert_close(peer(x), m(x)[0], atol=1e-5, rtol=1e-5)
+    assert sum(p.numel() for p in peer.parameters()) == sum(p.numel() for p in m.parameters())
+
+
+def test_attention_flops_counts_what_pytorch_counts():
+    from torch.utils.flop_counter import FlopCounterMode
+
+    m = MultiHeadAttention(64, 4).eval()
+    x = torch.randn(3, 20, 64)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        m(x)  # explicit path: addmm for the projections, bmm for Q K^T and P V
+    assert counter.get_total_flops() == attention_flops(3, 20, 64)
 
 
 def test_peak_memory_sees_the_quadratic_weights():
