@@ -47,13 +47,14 @@ def check_tensor(
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor of shape "
                         f"{shape_str(shape)}, got {type(x).__name__}")
-    letters = [s if s is not None else "*" for s in shape]
     if x.dim() != len(shape):
+        letters = [s if s is not None else "*" for s in shape]
         raise ValueError(f"{name}: expected a {len(shape)}-D tensor of shape "
                          f"{shape_str(letters)}, got a {x.dim()}-D tensor of "
                          f"shape {shape_str(x.shape)}")
     for i, want in enumerate(shape):
         if isinstance(want, int) and x.shape[i] != want:
+            letters = [s if s is not None else "*" for s in shape]
             raise ValueError(f"{name}: expected shape {shape_str(letters)} "
                              f"with size {want} in dimension {i}, got shape "
                              f"{shape_str(x.shape)}")

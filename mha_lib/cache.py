@@ -179,18 +179,19 @@ class KVCache:
         the kept positions concatenated with them."""
         new = key.size(2)
         self._make_room(state, key, value, new)
-        state.keys[:, :, state.end:state.end + new] = key.detach()
-        state.values[:, :, state.end:state.end + new] = value.detach()
-        past_k = state.keys[:, :, state.start:state.end]  # (B, H_kv, L, D)
-        past_v = state.values[:, :, state.start:state.end]
-        state.end += new
+        start, end = state.start, state.end  # (moved if compacted)
+        state.keys.narrow(2, end, new).copy_(key.detach())
+        state.values.narrow(2, end, new).copy_(value.detach())
+        state.end = end + new
         if torch.is_grad_enabled() and (key.requires_grad
                                         or value.requires_grad):
             # Gradients flow to this call's keys and values, not the past.
+            past_k = state.keys.narrow(2, start, end - start)  # (B, H_kv, L, D)
+            past_v = state.values.narrow(2, start, end - start)
             return (torch.cat([past_k, key], dim=2),
                     torch.cat([past_v, value], dim=2))  # (B, H_kv, L+N, D)
-        return (state.keys[:, :, state.start:state.end],
-                state.values[:, :, state.start:state.end])
+        return (state.keys.narrow(2, start, end - start + new),
+                state.values.narrow(2, start, end - start + new))
 
     def _make_room(self, state: _Layer, key: torch.Tensor,
                    value: torch.Tensor, new: int) -> None:

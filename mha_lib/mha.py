@@ -123,6 +123,8 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, D)
         k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, H_kv, Lk, D)
         v = split_heads(self.v_proj(value), self.num_kv_heads)
+        past = 0 if layer is None else layer.length  # the new tokens' offset
+        q, k = self._positions(q, k, past)  # rotary subclasses (chapter 16)
         if layer is not None:  # decoding (chapter 14): append, see them all
             k, v = layer.update(k, v, owner=self)  # (B, H_kv, L + Lk, D)
         # SDPA's own is_causal (top-left) is right only for a square mask.
@@ -139,6 +141,14 @@ class MultiHeadAttention(nn.Module):
         else:
             out, weights = self._fused_attention(q, k, v, mask, square), None
         return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
+
+    def _positions(self, q: torch.Tensor, k: torch.Tensor, start: int
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where positions enter the queries and keys ``(B, H|H_kv, L, D)``
+        of tokens ``start, start + 1, ...``: nowhere here (the input
+        already carries them, chapter 3); rotary attention rotates them
+        (chapter 16), before the keys are cached."""
+        return q, k
 
     def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor,
                             v: torch.Tensor, mask: torch.Tensor | None

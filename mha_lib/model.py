@@ -82,7 +82,7 @@ class TinyTransformer(nn.Module):
         _check_ids(idx)
         # Reading the ids' values breaks a compiled graph: eager calls only.
         if not tracing() and idx.numel() \
-                and (int(idx.min()) < 0 or int(idx.max()) >= self.vocab_size):
+                and not 0 <= int(idx.min()) <= int(idx.max()) < self.vocab_size:
             raise ValueError(f"idx: expected token ids in [0, vocab_size={self.vocab_size}), "
                              f"got ids from {int(idx.min())} to {int(idx.max())}")
         if cache is not None and (not isinstance(cache, KVCache)
@@ -108,7 +108,6 @@ class TinyTransformer(nn.Module):
             return logits, torch.stack(all_weights)  # (N, B, H, L, Lk)
         return logits
 
-    @torch.no_grad()
     def generate(self, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True
                  ) -> torch.Tensor:
         """Greedy decoding: append ``max_new_tokens`` argmax tokens to ``idx`` ``(B, L)``.
@@ -130,14 +129,17 @@ class TinyTransformer(nn.Module):
                              f"max_new_tokens to fit max_len={self.max_len}, "
                              f"got {idx.size(1)} + {max_new_tokens} = "
                              f"{idx.size(1) + max_new_tokens}")
-        cache = self.new_cache() if use_cache else None
-        logits = self(idx, cache=cache)  # (B, L, V)
-        for step in range(max_new_tokens):
-            next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
-            idx = torch.cat([idx, next_id], dim=1)  # (B, L + 1)
-            if step + 1 < max_new_tokens:
-                logits = self(next_id, cache=cache) if use_cache else self(idx)
-        return idx
+        # Inference mode skips autograd's bookkeeping on every small op; the
+        # ids go back out as an ordinary tensor (clone) that training can use.
+        with torch.inference_mode():
+            cache = self.new_cache() if use_cache else None
+            logits = self(idx, cache=cache)  # (B, L, V)
+            for step in range(max_new_tokens):
+                next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+                idx = torch.cat([idx, next_id], dim=1)  # (B, L + 1)
+                if step + 1 < max_new_tokens:
+                    logits = self(next_id, cache=cache) if use_cache else self(idx)
+        return idx.clone()
 
 
 def _check_ids(idx: object) -> None:
