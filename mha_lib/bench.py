@@ -244,7 +244,8 @@ def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512,
         modes, warmup = (), 0
     total = max(1, len(lengths) * len(modes) * (warmup + rounds))
     done = 0
-    square = torch.randn(matmul_size, matmul_size, device=device, dtype=dtype)
+    square = torch.randn(matmul_size, matmul_size, device=device,
+                         dtype=dtype)
 
     def matmul() -> torch.Tensor:
         return square @ square
@@ -310,15 +311,18 @@ def format_table(result: Result) -> str:
         for length in result.lengths:
             for mode in modes:
                 row = f"{length:>6} {mode:>5} " + " ".join(
-                    f"{result.times[n, mode, length]:>11.1f}" for n in names)
-                row += (f" {result.ratio('fused', mode, length, 'combined'):>10.3f}"
-                        f" {result.ratio('fused', mode, length):>11.3f}")
+                    f"{result.times[n, mode, length]:>11.1f}"
+                    for n in names)
+                fused_comb = result.ratio("fused", mode, length, "combined")
+                fused_torch = result.ratio("fused", mode, length)
+                row += f" {fused_comb:>10.3f} {fused_torch:>11.3f}"
                 lines.append(row)
     if result.matmul_gflops:
         lines += ["", f"{'L':>6} {'fused fwd GFLOP/s':>18} "
                       f"{'matmul GFLOP/s':>15} {'fraction':>9}"]
         for length in result.lengths:
-            lines.append(f"{length:>6} {result.fused_gflops(length):>18.1f} "
+            lines.append(f"{length:>6} "
+                         f"{result.fused_gflops(length):>18.1f} "
                          f"{result.matmul_gflops[length]:>15.1f} "
                          f"{result.matmul_fraction(length):>9.2f}")
     if result.memory:
@@ -353,7 +357,8 @@ def plot(result: Result, path: str) -> None:
                        "peak MiB (fwd + bwd)", "memory"))
     for ax, _, value, ylabel, title in series:
         for name in names:
-            ax.plot(result.lengths, [value(name, n) for n in result.lengths],
+            ax.plot(result.lengths,
+                    [value(name, n) for n in result.lengths],
                     marker="o", label=name)
         ax.set(xscale="log", yscale="log", xlabel="sequence length L",
                ylabel=ylabel, title=title)
@@ -373,10 +378,11 @@ def main(argv: Sequence[str] | None = None) -> Result:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--dtype", default="float32",
                         choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--device",
-                        default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: PyTorch's choice)")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="torch CPU threads (default: PyTorch's choice)")
     parser.add_argument("--rounds", type=int, default=7,
                         help="timed rounds; the median is kept")
     parser.add_argument("--warmup", type=int, default=2,
@@ -398,10 +404,10 @@ def main(argv: Sequence[str] | None = None) -> Result:
                        getattr(torch, args.dtype), args.device, args.rounds,
                        args.warmup, args.modes, args.compile,
                        not args.no_memory, args.matmul_size)
-    print(f"batch {args.batch}, d_model {args.d_model}, {args.heads} heads, "
-          f"{args.dtype}, {args.device}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, median of {args.rounds} interleaved "
-          f"rounds")
+    print(f"batch {args.batch}, d_model {args.d_model}, "
+          f"{args.heads} heads, {args.dtype}, {args.device}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"median of {args.rounds} interleaved rounds")
     print(format_table(result))
     if args.plot:
         plot(result, args.plot)
