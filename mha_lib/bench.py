@@ -260,7 +260,8 @@ def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512,
         modes, warmup = (), 0
     total = max(1, len(lengths) * len(modes) * (warmup + rounds))
     done = 0
-    square = torch.randn(matmul_size, matmul_size, device=device, dtype=dtype)
+    square = torch.randn(matmul_size, matmul_size, device=device,
+                         dtype=dtype)
 
     def matmul() -> torch.Tensor:
         return square @ square
@@ -328,11 +329,12 @@ def format_table(result: Result) -> str:
             for length, mode in rows]
         lines += ["", f"{'L':>6} {'mode':>5} {'fused/combined':>15} "
                       f"{'fused/torch':>12} {'explicit/fused':>15}"]
-        lines += [f"{length:>6} {mode:>5} "
-                  f"{result.ratio('fused', mode, length, 'combined'):>15.3f} "
-                  f"{result.ratio('fused', mode, length):>12.3f} "
-                  f"{result.ratio('explicit', mode, length, 'fused'):>15.3f}"
-                  for length, mode in rows]
+        for length, mode in rows:
+            ratios = (result.ratio("fused", mode, length, "combined"),
+                      result.ratio("fused", mode, length),
+                      result.ratio("explicit", mode, length, "fused"))
+            lines.append(f"{length:>6} {mode:>5} {ratios[0]:>15.3f} "
+                         f"{ratios[1]:>12.3f} {ratios[2]:>15.3f}")
     if result.matmul_gflops:
         lines += ["", f"{'L':>6} {'fused fwd GFLOP/s':>18} "
                       f"{'matmul GFLOP/s':>15} {'fraction':>9}"]
@@ -374,7 +376,8 @@ def plot(result: Result, path: str | None = None):
                        "peak MiB (fwd + bwd)", "memory"))
     for ax, _, value, ylabel, title in series:
         for name in names:
-            ax.plot(result.lengths, [value(name, n) for n in result.lengths],
+            ax.plot(result.lengths,
+                    [value(name, n) for n in result.lengths],
                     marker="o", label=name)
         ax.set(xscale="log", yscale="log", xlabel="sequence length L",
                ylabel=ylabel, title=title)
@@ -396,10 +399,11 @@ def main(argv: Sequence[str] | None = None) -> Result:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--dtype", default="float32",
                         choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--device",
-                        default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: PyTorch's choice)")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="torch CPU threads (default: PyTorch's choice)")
     parser.add_argument("--rounds", type=int, default=7,
                         help="timed rounds; the median is kept")
     parser.add_argument("--warmup", type=int, default=2,
@@ -421,10 +425,10 @@ def main(argv: Sequence[str] | None = None) -> Result:
                        getattr(torch, args.dtype), args.device, args.rounds,
                        args.warmup, args.modes, args.compile,
                        not args.no_memory, args.matmul_size)
-    print(f"batch {args.batch}, d_model {args.d_model}, {args.heads} heads, "
-          f"{args.dtype}, {args.device}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, median of {args.rounds} interleaved "
-          f"rounds")
+    print(f"batch {args.batch}, d_model {args.d_model}, "
+          f"{args.heads} heads, {args.dtype}, {args.device}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"median of {args.rounds} interleaved rounds")
     print(format_table(result))
     if args.plot:
         plot(result, args.plot)

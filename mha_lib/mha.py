@@ -47,9 +47,11 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("num_heads", num_heads)
         if d_model % num_heads:
             raise ValueError(f"num_heads: expected a divisor of "
-                             f"d_model={d_model}, got num_heads={num_heads}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
-                or not 0.0 <= dropout < 1.0:
+                             f"d_model={d_model}, "
+                             f"got num_heads={num_heads}")
+        if (isinstance(dropout, bool)
+                or not isinstance(dropout, (int, float))
+                or not 0.0 <= dropout < 1.0):
             raise ValueError(f"dropout: expected a probability in [0, 1), "
                              f"got {dropout!r}")
         self.d_model = d_model
@@ -69,8 +71,8 @@ class MultiHeadAttention(nn.Module):
 
     @dropout.setter
     def dropout(self, p: float) -> None:
-        if isinstance(p, bool) or not isinstance(p, (int, float)) \
-                or not 0.0 <= p < 1.0:
+        if (isinstance(p, bool) or not isinstance(p, (int, float))
+                or not 0.0 <= p < 1.0):
             raise ValueError(f"dropout: expected a probability in [0, 1), "
                              f"got {p!r}")
         self.attn_dropout.p = float(p)
@@ -121,9 +123,10 @@ class MultiHeadAttention(nn.Module):
         layer = self._check_inputs(query, key, value, mask, need_weights,
                                    is_causal, cache)
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, D)
-        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, H_kv, Lk, D)
+        # k and v: (B, H_kv, Lk, D)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)
         v = split_heads(self.v_proj(value), self.num_kv_heads)
-        past = 0 if layer is None else layer.length  # the new tokens' offset
+        past = 0 if layer is None else layer.length  # new tokens' offset
         q, k = self._positions(q, k, past)  # rotary subclasses (chapter 16)
         if layer is not None:  # decoding (chapter 14): append, see them all
             k, v = layer.update(k, v, owner=self)  # (B, H_kv, L + Lk, D)
@@ -139,7 +142,8 @@ class MultiHeadAttention(nn.Module):
                 mask = causal_mask(q.size(2), device=q.device)
             out, weights = self._explicit_attention(q, k, v, mask)
         else:
-            out, weights = self._fused_attention(q, k, v, mask, square), None
+            out, weights = (
+                self._fused_attention(q, k, v, mask, square), None)
         return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
 
     def _positions(self, q: torch.Tensor, k: torch.Tensor, start: int
@@ -156,7 +160,8 @@ class MultiHeadAttention(nn.Module):
         """Chapter 6's attention, one head per key/value head:
         ``(B, H, Lq, D)`` and weights ``(B, H, Lq, Lk)``.
         ``GroupedQueryAttention`` (chapter 14) overrides this."""
-        return scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
+        return scaled_dot_product_attention(
+            q, k, v, mask, self.attn_dropout)
 
     def _fused_attention(self, q: torch.Tensor, k: torch.Tensor,
                          v: torch.Tensor, mask: torch.Tensor | None,
@@ -167,8 +172,8 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(
                 f"attn_dropout: the fused path (need_weights=False) hands "
                 f"dropout to the kernel and needs an nn.Dropout, got "
-                f"{type(self.attn_dropout).__name__}; use need_weights=True "
-                f"to call it as a module")
+                f"{type(self.attn_dropout).__name__}; use "
+                f"need_weights=True to call it as a module")
         drop = self.attn_dropout
         dropout_p = drop.p if drop.training else 0.0
         gqa = self.num_kv_heads != self.num_heads  # no copies of K and V
@@ -226,13 +231,13 @@ class MultiHeadAttention(nn.Module):
         layer = self._layer_cache(cache)
         q_len = query.size(1)
         k_len = key.size(1) + (0 if layer is None else layer.kept)
-        if layer is not None and q_len > 1 and mask is None \
-                and not is_causal:
+        if (layer is not None and q_len > 1 and mask is None
+                and not is_causal):
             raise ValueError(
                 f"mask: expected is_causal=True (each new token sees the "
-                f"cache and the new tokens up to itself) or a mask of shape "
-                f"({q_len}, {k_len}), got neither for a cached call with "
-                f"{q_len} new tokens")
+                f"cache and the new tokens up to itself) or a mask of "
+                f"shape ({q_len}, {k_len}), got neither for a cached call "
+                f"with {q_len} new tokens")
         if mask is not None:
             self._check_mask(mask, batch, q_len, k_len, query)
         return layer
@@ -262,9 +267,10 @@ class MultiHeadAttention(nn.Module):
         if isinstance(cache, KVCache):
             if cache.num_layers != 1:
                 raise ValueError(
-                    f"cache: expected one layer's cache, cache.layer(i) for "
-                    f"the module of layer i (or a KVCache(num_layers=1)), "
-                    f"got a KVCache with {cache.num_layers} layers")
+                    f"cache: expected one layer's cache, cache.layer(i) "
+                    f"for the module of layer i (or a "
+                    f"KVCache(num_layers=1)), got a KVCache with "
+                    f"{cache.num_layers} layers")
             return cache.layer(0)
         raise TypeError(f"cache: expected a KVCache or one of its layers, "
                         f"got {type(cache).__name__}")

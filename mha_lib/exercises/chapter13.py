@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
-
 from torch.overrides import TorchFunctionMode
+from torch.utils.flop_counter import FlopCounterMode
 
 from mha_lib.attention import masked_softmax, scaled_dot_product_attention
 from mha_lib.exercises.verdict import Verdict, close
