@@ -22,7 +22,7 @@ from mha_lib.cache import KVCache, LayerCache
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masks import causal_mask, sliding_window_mask
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "check_attention_mask"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -239,26 +239,9 @@ class MultiHeadAttention(nn.Module):
                 f"shape ({q_len}, {k_len}), got neither for a cached call "
                 f"with {q_len} new tokens")
         if mask is not None:
-            self._check_mask(mask, batch, q_len, k_len, query)
+            check_attention_mask(mask, batch, self.num_heads, q_len,
+                                 k_len, query)
         return layer
-
-    def _check_mask(self, mask: object, batch: int, q_len: int, k_len: int,
-                    query: torch.Tensor) -> None:
-        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
-            raise ValueError(
-                f"mask: expected (Lq, Lk) or (B|1, H|1, Lq, Lk), not 3-D "
-                f"(is the first axis B or H?): pass mask[:, None] for one "
-                f"mask per sequence, or mask[None] for one per head; got "
-                f"shape {tuple(mask.shape)}")
-        if isinstance(mask, torch.Tensor) and mask.dim() not in (2, 4):
-            raise ValueError(
-                f"mask: expected shape (Lq, Lk) = ({q_len}, {k_len}) or "
-                f"(B|1, H|1, Lq, Lk); for one length per sequence pass "
-                f"mha_lib.padding_mask(lengths), (B, 1, 1, Lk); got shape "
-                f"{tuple(mask.shape)}")
-        check_mask(mask, (batch, self.num_heads, q_len, k_len),
-                   "B H Lq Lk", query.dtype)
-        check_device("mask", mask, query.device, "the query's")
 
     @staticmethod
     def _layer_cache(cache: object) -> LayerCache | None:
@@ -278,3 +261,35 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"dropout={self.dropout}")
+
+
+def check_attention_mask(mask: object, batch: int, num_heads: int,
+                         q_len: int, k_len: int,
+                         query: torch.Tensor) -> None:
+    """A module's mask: bool or float in the query's dtype, on its device,
+    of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``. 0-D, 1-D and 3-D masks
+    are refused: a 3-D ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike.
+
+    Args:
+        mask: The mask to check.
+        batch: ``B``, the query's batch size.
+        num_heads: ``H``, the module's (query) heads.
+        q_len: ``Lq``, the number of queries.
+        k_len: ``Lk``, the number of keys, cached ones included.
+        query: The module's query input (dtype and device).
+    """
+    if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+        raise ValueError(
+            f"mask: expected (Lq, Lk) or (B|1, H|1, Lq, Lk), not 3-D "
+            f"(is the first axis B or H?): pass mask[:, None] for one "
+            f"mask per sequence, or mask[None] for one per head; got "
+            f"shape {tuple(mask.shape)}")
+    if isinstance(mask, torch.Tensor) and mask.dim() not in (2, 4):
+        raise ValueError(
+            f"mask: expected shape (Lq, Lk) = ({q_len}, {k_len}) or "
+            f"(B|1, H|1, Lq, Lk); for one length per sequence pass "
+            f"mha_lib.padding_mask(lengths), (B, 1, 1, Lk); got shape "
+            f"{tuple(mask.shape)}")
+    check_mask(mask, (batch, num_heads, q_len, k_len), "B H Lq Lk",
+               query.dtype)
+    check_device("mask", mask, query.device, "the query's")
