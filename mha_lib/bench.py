@@ -353,20 +353,23 @@ def format_table(result: Result) -> str:
     return "\n".join(lines)
 
 
-def plot(result: Result, path: str | None = None):
+def plot(result: Result, path: str | None = None, figure=None):
     """Log-log plots of time per mode and of memory against ``L``; saved
     to ``path`` if given. Returns the matplotlib figure.
 
     Args:
         result: What :func:`benchmark` measured.
         path: Where to save the figure (PNG), or None.
+        figure: A matplotlib figure to draw in (e.g. ``plt.figure()`` in a
+            notebook); by default a new one, outside pyplot (no window).
     """
-    from matplotlib.figure import Figure  # no pyplot: no window
+    from matplotlib.figure import Figure
 
     names = _names(result)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
     panels = len(modes) + bool(result.memory)
-    fig = Figure(figsize=(5 * panels, 4), layout="constrained")
+    fig = figure if figure is not None else Figure(
+        figsize=(5 * panels, 4), layout="constrained")
     axes = list(fig.subplots(1, panels, squeeze=False)[0])
     series = [(ax, mode, lambda n, L, mode=mode: result.times[n, mode, L],
                "median ms", f"time, {mode}")

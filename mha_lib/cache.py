@@ -83,8 +83,8 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        """Positions seen so far by layer 0: the position of the next token
-        (with a ``window``, more than the positions kept)."""
+        """Positions seen so far by layer 0, which is the position of the
+        next token (with a ``window``, more than the positions kept)."""
         return self._layers[0].seen
 
     @property
@@ -105,7 +105,7 @@ class KVCache:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the kept keys and values of every layer: what the cache
+        """Bytes of the kept keys and values of every layer, what the cache
         must hold (the storage may be larger, see ``allocated_nbytes``)."""
         return sum(t.numel() * t.element_size()
                    for t in self.keys + self.values if t is not None)
@@ -280,7 +280,7 @@ class LayerCache:
 
     @property
     def length(self) -> int:
-        """Positions this layer has seen: the next token's position."""
+        """Positions this layer has seen, the next token's position."""
         return self.cache._layers[self.index].seen
 
     @property

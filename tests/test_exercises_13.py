@@ -46,23 +46,23 @@ def masked_tiles(q, k, v, mask, block_size, safe=True):
 def test_tiled_softmax_checker():
     assert check_tiled_softmax(tiled_softmax)
     plain = check_tiled_softmax(lambda s, b: torch.softmax(s, dim=-1))
-    assert not plain and "softmax on 7 scores at once" in repr(plain)
+    assert not plain and "softmax on 7 scores at once" in plain.message
     two_pass = check_tiled_softmax(
         lambda s, b: torch.exp(s - s.amax(-1, keepdim=True))
         / torch.exp(s - s.amax(-1, keepdim=True)).sum(-1, keepdim=True))
-    assert not two_pass and "at once" in repr(two_pass)
+    assert not two_pass and "at once" in two_pass.message
     per_block = check_tiled_softmax(lambda s, b: torch.cat(
         [torch.softmax(x, dim=-1) for x in s.split(b, dim=-1)], dim=-1))
-    assert not per_block and "each block on its own" in repr(per_block)
+    assert not per_block and "each block on its own" in per_block.message
 
 
 def test_masked_tiles_checker():
     assert check_masked_tiles(masked_tiles)
     unsafe = check_masked_tiles(lambda *args: masked_tiles(*args, safe=False))
-    assert not unsafe and "keys 0-4 padded" in repr(unsafe)
+    assert not unsafe and "keys 0-4 padded" in unsafe.message
     nan = check_masked_tiles(
         lambda q, k, v, mask, b: masked_tiles(q, k, v, mask, b, safe=False) / 0 * 0)
-    assert not nan and "NaN" in repr(nan)
+    assert not nan and "NaN" in nan.message
     whole = check_masked_tiles(lambda q, k, v, mask, b: torch.softmax(
         (q @ k.mT).masked_fill(~mask, NEG_INF), dim=-1) @ v)
-    assert not whole and "at once" in repr(whole)
+    assert not whole and "at once" in whole.message
