@@ -1,6 +1,8 @@
 """mha_lib: every piece of multi-head attention that the book builds,
 step by step."""
 
+__version__ = "0.2.0"
+
 from mha_lib.attention import masked_softmax, scaled_dot_product_attention
 from mha_lib.cache import KVCache
 from mha_lib.gqa import GroupedQueryAttention

@@ -1,0 +1,24 @@
+"""The installed package: its version and its type hints (PEP 561)."""
+
+from importlib import metadata
+from importlib.resources import files
+
+import mha_lib
+
+
+def test_version_is_the_installed_distributions():
+    assert isinstance(mha_lib.__version__, str)
+    assert mha_lib.__version__.count(".") == 2
+    assert metadata.version("mha_lib") == mha_lib.__version__
+
+
+def test_the_package_is_marked_as_typed():
+    assert files("mha_lib").joinpath("py.typed").is_file()
+    # and the built distribution ships it (package-data in pyproject.toml)
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).parent.parent / "pyproject.toml"
+    config = tomllib.loads(pyproject.read_text())
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"][
+        "mha_lib"]
