@@ -39,25 +39,29 @@ def check_tensor(
     *,
     floating: bool = True,
 ) -> torch.Tensor:
-    """Check that ``x`` is a tensor of rank ``len(shape)`` whose sizes match.
+    """Check that ``x`` is a tensor of rank ``len(shape)`` whose sizes
+    match.
 
-    ``shape`` holds ints (that size is required) or strings/None (any size);
-    strings only name the dimension in the message, e.g. ``("B", "L", 512)``.
+    ``shape`` holds ints (that size is required) or strings/None (any
+    size); strings only name the dimension in the message, e.g.
+    ``("B", "L", 512)``.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor of shape "
                         f"{shape_str(shape)}, got {type(x).__name__}")
     if x.dim() != len(shape):
         letters = [s if s is not None else "*" for s in shape]
-        raise ValueError(f"{name}: expected a {len(shape)}-D tensor of shape "
-                         f"{shape_str(letters)}, got a {x.dim()}-D tensor of "
-                         f"shape {shape_str(x.shape)}")
+        raise ValueError(
+            f"{name}: expected a {len(shape)}-D tensor of shape "
+            f"{shape_str(letters)}, got a {x.dim()}-D tensor of "
+            f"shape {shape_str(x.shape)}")
     for i, want in enumerate(shape):
         if isinstance(want, int) and x.shape[i] != want:
             letters = [s if s is not None else "*" for s in shape]
-            raise ValueError(f"{name}: expected shape {shape_str(letters)} "
-                             f"with size {want} in dimension {i}, got shape "
-                             f"{shape_str(x.shape)}")
+            raise ValueError(
+                f"{name}: expected shape {shape_str(letters)} "
+                f"with size {want} in dimension {i}, got shape "
+                f"{shape_str(x.shape)}")
     if floating and not x.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, "
                         f"got dtype {x.dtype}")
@@ -83,8 +87,8 @@ def check_mask(mask: object, target: Sequence[int], letters: str,
                         f"got {type(mask).__name__}")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(f"mask: expected dtype torch.bool (True = may "
-                        f"attend) or a floating dtype (added to the scores), "
-                        f"got {mask.dtype}")
+                        f"attend) or a floating dtype (added to the "
+                        f"scores), got {mask.dtype}")
     if mask.is_floating_point() and mask.dtype != dtype:
         raise TypeError(f"mask: expected a float mask in the scores' dtype "
                         f"{dtype}, got {mask.dtype}")
@@ -95,11 +99,11 @@ def check_mask(mask: object, target: Sequence[int], letters: str,
     if broadcast != tuple(target):
         raise ValueError(f"mask: expected a shape broadcastable to "
                          f"({named}), got {shape_str(mask.shape)}")
-    if mask.is_floating_point() and mask.numel() and not tracing() \
-            and bool(((mask == 0) | (mask == 1)).all()) \
-            and bool((mask == 1).any()):
-        raise ValueError("mask: expected a bool mask (True = may attend) or "
-                         "a float mask to add to the scores (0 = keep, "
+    if (mask.is_floating_point() and mask.numel() and not tracing()
+            and bool(((mask == 0) | (mask == 1)).all())
+            and bool((mask == 1).any())):
+        raise ValueError("mask: expected a bool mask (True = may attend) "
+                         "or a float mask to add to the scores (0 = keep, "
                          "-inf = block), got a float mask of only 0s and "
                          "1s; for a keep (1) / drop (0) mask pass "
                          "mask.bool()")
@@ -133,8 +137,9 @@ def check_dtype(name: str, x: torch.Tensor, dtype: torch.dtype,
 
 def check_device(name: str, x: torch.Tensor, device: torch.device,
                  whose: str) -> torch.Tensor:
-    """``x.device == device``; ``whose`` says where ``device`` comes from."""
+    """``x.device == device``; ``whose`` says where ``device`` comes
+    from."""
     if x.device != device:
-        raise ValueError(f"{name}: expected a tensor on {device} ({whose}), "
-                         f"got one on {x.device}")
+        raise ValueError(f"{name}: expected a tensor on {device} "
+                         f"({whose}), got one on {x.device}")
     return x

@@ -1,13 +1,15 @@
-"""Scaled dot-product attention and the masked softmax under it (chapters 6 and 7).
+"""Scaled dot-product attention and the masked softmax under it (chapters 6
+and 7).
 
-Shape legend: ... - any leading dims (batch, heads), Lq - query length, Lk - key length,
-D - query/key dim, Dv - value dim.
+Shape legend: ... - any leading dims (batch, heads), Lq - query length,
+Lk - key length, D - query/key dim, Dv - value dim.
 
-Masks are bool, True = may attend, or float, added to the scores. Masked scores are
-set to ``-inf``: exactly zero weight after the softmax, in every dtype, with no magic
-number that could overflow float16 (chapter 7 shows how minus a billion does). A row with
-nothing to attend to would be ``softmax([-inf, ..., -inf]) = 0/0 = NaN``; we define
-its weights (and so its output) as zeros, the only answer that says "nothing seen".
+Masks are bool, True = may attend, or float, added to the scores. Masked
+scores are set to ``-inf``: exactly zero weight after the softmax, in every
+dtype, with no magic number that could overflow float16 (chapter 7 shows
+how minus a billion does). A row with nothing to attend to would be
+``softmax([-inf, ..., -inf]) = 0/0 = NaN``; we define its weights (and so
+its output) as zeros, the only answer that says "nothing seen".
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ __all__ = ["masked_softmax", "scaled_dot_product_attention"]
 _HALF = (torch.float16, torch.bfloat16)
 
 
-def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax over the last dim of ``scores`` ``(..., Lq, Lk)``, skipping masked keys.
+def masked_softmax(scores: torch.Tensor,
+                   mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax over the last dim of ``scores`` ``(..., Lq, Lk)``, skipping
+    masked keys.
 
-    ``mask``: bool (True = may attend) or float (added), broadcastable to ``scores``.
-    Fully masked rows give all-zero weights, never NaN. Half-precision scores are
-    normalised in float32 and returned in their own dtype. Derived in chapter 7.
+    ``mask``: bool (True = may attend) or float (added), broadcastable to
+    ``scores``. Fully masked rows give all-zero weights, never NaN.
+    Half-precision scores are normalised in float32 and returned in their
+    own dtype. Derived in chapter 7.
     """
     _check_scores(scores)
     if mask is not None:
@@ -42,9 +47,12 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None) -> to
         x = x.masked_fill(~mask, float("-inf"))
     else:
         x = x + mask.to(x.dtype)
-    empty = (x == float("-inf")).all(dim=-1, keepdim=True)  # (..., Lq, 1): nothing to attend to
-    x = x.masked_fill(empty, 0.0)  # keeps softmax (and its gradient) finite on those rows
-    weights = torch.softmax(x, dim=-1).masked_fill(empty, 0.0)  # (..., Lq, Lk)
+    # The rows with nothing to attend to:
+    empty = (x == float("-inf")).all(dim=-1, keepdim=True)  # (..., Lq, 1)
+    # Keeps softmax (and its gradient) finite on those rows:
+    x = x.masked_fill(empty, 0.0)
+    # (..., Lq, Lk), all zeros on the rows with nothing to attend to:
+    weights = torch.softmax(x, dim=-1).masked_fill(empty, 0.0)
     return weights.to(scores.dtype)
 
 
@@ -57,29 +65,37 @@ def scaled_dot_product_attention(
     *,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``softmax(Q K^T / sqrt(D)) V``, written out so the weights can be returned.
+    """``softmax(Q K^T / sqrt(D)) V``, written out so the weights can be
+    returned.
 
-    Shapes: query ``(..., Lq, D)``, key ``(..., Lk, D)``, value ``(..., Lk, Dv)``;
-    returns ``(output (..., Lq, Dv), weights (..., Lq, Lk))``. ``dropout`` (e.g. an
-    ``nn.Dropout``) is applied to the weights before they average the values.
-    ``scale`` defaults to ``1 / sqrt(D)``. Derived in chapter 6.
+    Shapes: query ``(..., Lq, D)``, key ``(..., Lk, D)``, value
+    ``(..., Lk, Dv)``; returns ``(output (..., Lq, Dv), weights
+    (..., Lq, Lk))``. ``dropout`` (e.g. an ``nn.Dropout``) is applied to the
+    weights before they average the values. ``scale`` defaults to
+    ``1 / sqrt(D)``. Derived in chapter 6.
     """
     _check_qkv(query, key, value)
     _check_options(mask, dropout, scale)
     # Half inputs: scores in float32, so large dot products cannot overflow.
-    q, k = (query.float(), key.float()) if query.dtype in _HALF else (query, key)
-    scores = q @ k.transpose(-2, -1)  # (..., Lq, D) @ (..., D, Lk) -> (..., Lq, Lk)
-    scores = scores / math.sqrt(query.size(-1)) if scale is None else scores * scale
+    q, k = ((query.float(), key.float()) if query.dtype in _HALF
+            else (query, key))
+    # (..., Lq, D) @ (..., D, Lk) -> (..., Lq, Lk)
+    scores = q @ k.transpose(-2, -1)
+    scores = (scores / math.sqrt(query.size(-1)) if scale is None
+              else scores * scale)
     if mask is not None and mask.is_floating_point():
-        mask = check_mask(mask, scores.shape, _letters(scores), query.dtype).to(scores.dtype)
+        mask = check_mask(mask, scores.shape, _letters(scores),
+                          query.dtype).to(scores.dtype)
     weights = masked_softmax(scores, mask).to(query.dtype)  # (..., Lq, Lk)
     if dropout is not None:
         weights = dropout(weights)
-    return weights @ value, weights  # (..., Lq, Lk) @ (..., Lk, Dv) -> (..., Lq, Dv)
+    # (..., Lq, Lk) @ (..., Lk, Dv) -> (..., Lq, Dv)
+    return weights @ value, weights
 
 
 def _letters(scores: torch.Tensor) -> str:
-    return " ".join((["..."] * (scores.dim() - 2) + ["Lq", "Lk"])[-scores.dim():])
+    return " ".join(
+        (["..."] * (scores.dim() - 2) + ["Lq", "Lk"])[-scores.dim():])
 
 
 def _check_scores(scores: torch.Tensor) -> None:
@@ -87,43 +103,55 @@ def _check_scores(scores: torch.Tensor) -> None:
         raise TypeError(f"scores: expected a torch.Tensor (..., Lq, Lk), "
                         f"got {type(scores).__name__}")
     if scores.dim() == 0:
-        raise ValueError("scores: expected at least 1 dim (..., Lk), got a 0-D tensor")
+        raise ValueError("scores: expected at least 1 dim (..., Lk), "
+                         "got a 0-D tensor")
     if not scores.is_floating_point():
-        raise TypeError(f"scores: expected a floating-point tensor, got dtype {scores.dtype}")
+        raise TypeError(f"scores: expected a floating-point tensor, "
+                        f"got dtype {scores.dtype}")
 
 
 def _check_options(mask: object, dropout: object, scale: object) -> None:
     if mask is not None and not isinstance(mask, torch.Tensor):
-        raise TypeError(f"mask: expected a bool or float tensor, got {type(mask).__name__}")
+        raise TypeError(f"mask: expected a bool or float tensor, "
+                        f"got {type(mask).__name__}")
     if dropout is not None and not callable(dropout):
-        raise TypeError(f"dropout: expected a callable applied to the weights (e.g. "
-                        f"nn.Dropout(p)) or None, got {dropout!r}")
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, Real)):
+        raise TypeError(f"dropout: expected a callable applied to the "
+                        f"weights (e.g. nn.Dropout(p)) or None, "
+                        f"got {dropout!r}")
+    if scale is not None and (isinstance(scale, bool)
+                              or not isinstance(scale, Real)):
         raise TypeError(f"scale: expected a float or None, got {scale!r}")
 
 
-def _check_qkv(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> None:
+def _check_qkv(query: torch.Tensor, key: torch.Tensor,
+               value: torch.Tensor) -> None:
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+            raise TypeError(f"{name}: expected a torch.Tensor, "
+                            f"got {type(x).__name__}")
         if x.dim() < 2:
-            raise ValueError(f"{name}: expected at least 2 dims (..., L, D), "
-                             f"got shape {tuple(x.shape)}")
+            raise ValueError(f"{name}: expected at least 2 dims "
+                             f"(..., L, D), got shape {tuple(x.shape)}")
         if not x.is_floating_point():
-            raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+            raise TypeError(f"{name}: expected a floating-point tensor, "
+                            f"got dtype {x.dtype}")
         check_dtype(name, x, query.dtype, "the query's")
     if query.size(-1) == 0:
-        raise ValueError(f"query: expected a feature dim D >= 1 (the scale is 1/sqrt(D)), "
-                         f"got shape {tuple(query.shape)}")
+        raise ValueError(f"query: expected a feature dim D >= 1 (the scale "
+                         f"is 1/sqrt(D)), got shape {tuple(query.shape)}")
     if key.size(-1) != query.size(-1):
-        raise ValueError(f"key: expected last dim D={query.size(-1)} (the query's), "
-                         f"got shape {tuple(key.shape)}")
+        raise ValueError(f"key: expected last dim D={query.size(-1)} "
+                         f"(the query's), got shape {tuple(key.shape)}")
     if value.size(-2) != key.size(-2):
-        raise ValueError(f"value: expected Lk={key.size(-2)} rows (the key's length), "
+        raise ValueError(f"value: expected Lk={key.size(-2)} rows "
+                         f"(the key's length), "
                          f"got shape {tuple(value.shape)}")
-    for name, x in (("key", key), ("value", value)):  # leading dims (batch, heads) broadcast
+    # The leading dims (batch, heads) broadcast:
+    for name, x in (("key", key), ("value", value)):
         try:
             torch.broadcast_shapes(query.shape[:-2], x.shape[:-2])
         except RuntimeError:
-            raise ValueError(f"{name}: expected leading dims that broadcast with the query's "
-                             f"{tuple(query.shape[:-2])}, got shape {tuple(x.shape)}") from None
+            raise ValueError(
+                f"{name}: expected leading dims that broadcast with the "
+                f"query's {tuple(query.shape[:-2])}, "
+                f"got shape {tuple(x.shape)}") from None

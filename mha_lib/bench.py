@@ -184,27 +184,43 @@ def _quiet_stderr():
 
 
 def peak_memory(fn: Callable[[torch.Tensor], torch.Tensor],
-                x: torch.Tensor) -> float:
-    """Peak memory (MiB) allocated during one forward + backward of
-    ``fn(x)``, beyond what was allocated before it."""
+                x: torch.Tensor, backward: bool = True) -> float:
+    """Peak memory (MiB) allocated during one forward (and backward) of
+    ``fn(x)``, beyond what was allocated before it.
+
+    Args:
+        fn: The computation, ``x`` -> a tensor.
+        x: Its input.
+        backward: Also run the backward pass of ``fn(x).sum()``.
+    """
+
+    def run() -> None:
+        out = fn(x)
+        if backward:
+            out.sum().backward()
+
     if x.device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-        fn(x).sum().backward()
+        run()
         torch.cuda.synchronize()
         return (torch.cuda.max_memory_allocated() - before) / 2**20
     from torch.profiler import ProfilerActivity, profile
 
     with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU],
                                   profile_memory=True) as prof:
-        fn(x).sum().backward()
+        run()
     # Every event's own allocations (+) and frees (-), in time order: the
     # running sum is the memory held at each moment, its maximum the peak.
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    # An operation's own frees of what its sub-operations made happen after
+    # them, so an event with sub-events counts its own change at its end.
+    changes = sorted(
+        (e.time_range.end if e.cpu_children else e.time_range.start,
+         e.self_cpu_memory_usage) for e in prof.events())
     current = peak = 0
-    for event in events:
-        current += event.self_cpu_memory_usage
+    for _, change in changes:
+        current += change
         peak = max(peak, current)
     return peak / 2**20
 
@@ -244,7 +260,8 @@ def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512,
         modes, warmup = (), 0
     total = max(1, len(lengths) * len(modes) * (warmup + rounds))
     done = 0
-    square = torch.randn(matmul_size, matmul_size, device=device, dtype=dtype)
+    square = torch.randn(matmul_size, matmul_size, device=device,
+                         dtype=dtype)
 
     def matmul() -> torch.Tensor:
         return square @ square
@@ -298,52 +315,61 @@ def _names(result: Result) -> list[str]:
 
 
 def format_table(result: Result) -> str:
-    """The times (ms) and ratios, the matmul rate, and the peak memory,
-    as text tables."""
+    """The median times (ms), the ratios, the matmul rate and the peak
+    memory, as text tables."""
     names = _names(result)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
+    rows = [(length, mode) for length in result.lengths for mode in modes]
     lines: list[str] = []
     if result.times:
         lines.append(f"{'L':>6} {'mode':>5} "
-                     + " ".join(f"{n[:8] + ' ms':>11}" for n in names)
-                     + f" {'fused/comb':>10} {'fused/torch':>11}")
-        for length in result.lengths:
-            for mode in modes:
-                row = f"{length:>6} {mode:>5} " + " ".join(
-                    f"{result.times[n, mode, length]:>11.1f}" for n in names)
-                row += (f" {result.ratio('fused', mode, length, 'combined'):>10.3f}"
-                        f" {result.ratio('fused', mode, length):>11.3f}")
-                lines.append(row)
+                     + " ".join(f"{n + ' ms':>11}" for n in names))
+        lines += [f"{length:>6} {mode:>5} " + " ".join(
+            f"{result.times[n, mode, length]:>11.1f}" for n in names)
+            for length, mode in rows]
+        lines += ["", f"{'L':>6} {'mode':>5} {'fused/combined':>15} "
+                      f"{'fused/torch':>12} {'explicit/fused':>15}"]
+        for length, mode in rows:
+            ratios = (result.ratio("fused", mode, length, "combined"),
+                      result.ratio("fused", mode, length),
+                      result.ratio("explicit", mode, length, "fused"))
+            lines.append(f"{length:>6} {mode:>5} {ratios[0]:>15.3f} "
+                         f"{ratios[1]:>12.3f} {ratios[2]:>15.3f}")
     if result.matmul_gflops:
         lines += ["", f"{'L':>6} {'fused fwd GFLOP/s':>18} "
                       f"{'matmul GFLOP/s':>15} {'fraction':>9}"]
-        for length in result.lengths:
-            lines.append(f"{length:>6} {result.fused_gflops(length):>18.1f} "
-                         f"{result.matmul_gflops[length]:>15.1f} "
-                         f"{result.matmul_fraction(length):>9.2f}")
+        lines += [f"{length:>6} {result.fused_gflops(length):>18.1f} "
+                  f"{result.matmul_gflops[length]:>15.1f} "
+                  f"{result.matmul_fraction(length):>9.2f}"
+                  for length in result.lengths]
     if result.memory:
         if lines:
             lines.append("")
-        lines.append(f"{'L':>6} " + " ".join(f"{n[:8] + ' MiB':>12}"
-                                             for n in names)
-                     + f" {'fused/explicit':>15}")
-        for length in result.lengths:
-            row = f"{length:>6} " + " ".join(
-                f"{result.memory[n, length]:>12.1f}" for n in names)
-            fraction = (result.memory["fused", length]
-                        / result.memory["explicit", length])
-            lines.append(row + f" {fraction:>15.3f}")
+        lines.append(f"{'L':>6} " + " ".join(f"{n + ' MiB':>12}"
+                                             for n in names))
+        lines += [f"{length:>6} " + " ".join(
+            f"{result.memory[n, length]:>12.1f}" for n in names)
+            for length in result.lengths]
     return "\n".join(lines)
 
 
-def plot(result: Result, path: str) -> None:
-    """Save log-log plots of time per mode and of memory against ``L``."""
-    from matplotlib.figure import Figure  # no pyplot: no window
+def plot(result: Result, path: str | None = None, figure=None):
+    """Log-log plots of time per mode and of memory against ``L``; saved
+    to ``path`` if given. Returns the matplotlib figure.
+
+    Args:
+        result: What :func:`benchmark` measured.
+        path: Where to save the figure (PNG), or None.
+        figure: A matplotlib figure to draw in (e.g. ``plt.figure()`` in a
+            notebook); by default a new one, outside pyplot (no window).
+    """
+    from matplotlib.figure import Figure
 
     names = _names(result)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
     panels = len(modes) + bool(result.memory)
-    fig = Figure(figsize=(5 * panels, 4), layout="constrained")
+    fig = figure if figure is not None else Figure(
+        figsize=(5 * panels, 4), layout="constrained")
     axes = list(fig.subplots(1, panels, squeeze=False)[0])
     series = [(ax, mode, lambda n, L, mode=mode: result.times[n, mode, L],
                "median ms", f"time, {mode}")
@@ -353,12 +379,15 @@ def plot(result: Result, path: str) -> None:
                        "peak MiB (fwd + bwd)", "memory"))
     for ax, _, value, ylabel, title in series:
         for name in names:
-            ax.plot(result.lengths, [value(name, n) for n in result.lengths],
+            ax.plot(result.lengths,
+                    [value(name, n) for n in result.lengths],
                     marker="o", label=name)
         ax.set(xscale="log", yscale="log", xlabel="sequence length L",
                ylabel=ylabel, title=title)
         ax.legend()
-    fig.savefig(path, dpi=120)
+    if path:
+        fig.savefig(path, dpi=120)
+    return fig
 
 
 def main(argv: Sequence[str] | None = None) -> Result:
@@ -373,10 +402,11 @@ def main(argv: Sequence[str] | None = None) -> Result:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--dtype", default="float32",
                         choices=["float32", "float16", "bfloat16"])
-    parser.add_argument("--device",
-                        default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: PyTorch's choice)")
+    parser.add_argument(
+        "--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--threads", type=int, default=None,
+        help="torch CPU threads (default: PyTorch's choice)")
     parser.add_argument("--rounds", type=int, default=7,
                         help="timed rounds; the median is kept")
     parser.add_argument("--warmup", type=int, default=2,
@@ -398,10 +428,10 @@ def main(argv: Sequence[str] | None = None) -> Result:
                        getattr(torch, args.dtype), args.device, args.rounds,
                        args.warmup, args.modes, args.compile,
                        not args.no_memory, args.matmul_size)
-    print(f"batch {args.batch}, d_model {args.d_model}, {args.heads} heads, "
-          f"{args.dtype}, {args.device}, {torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}, median of {args.rounds} interleaved "
-          f"rounds")
+    print(f"batch {args.batch}, d_model {args.d_model}, "
+          f"{args.heads} heads, {args.dtype}, {args.device}, "
+          f"{torch.get_num_threads()} threads, torch {torch.__version__}, "
+          f"median of {args.rounds} interleaved rounds")
     print(format_table(result))
     if args.plot:
         plot(result, args.plot)

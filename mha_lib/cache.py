@@ -8,10 +8,10 @@ a new token only computes its own and attends to all ``L + 1``. One pair of
 tensors ``(B, H_kv, L, D)`` per layer; :meth:`KVCache.layer` hands one layer
 to its attention module, whose ``forward(..., cache=...)`` calls ``update``.
 
-The storage is allocated ahead and doubled when full, so a long decode copies
-each position a constant number of times on average, instead of
-``torch.cat``-ing the whole past at every step. With ``window`` set, only the
-last ``window - 1`` positions are kept between calls (sliding-window
+The storage is allocated ahead and doubled when full, so a long decode
+copies each position a constant number of times on average, instead of
+``torch.cat``-ing the whole past at every step. With ``window`` set, only
+the last ``window - 1`` positions are kept between calls (sliding-window
 attention, chapter 17): a new token then sees exactly ``window`` keys, and
 the memory stays flat however long the decode.
 """
@@ -28,7 +28,8 @@ __all__ = ["KVCache", "LayerCache"]
 
 
 class _Layer:
-    """One layer's storage: ``keys[:, :, start:end]`` are the kept positions."""
+    """One layer's storage: ``keys[:, :, start:end]`` are the kept
+    positions."""
 
     def __init__(self) -> None:
         self.keys: torch.Tensor | None = None  # (B, H_kv, capacity, D)
@@ -48,9 +49,9 @@ class KVCache:
 
     ``cache.layer(i)`` is layer ``i``'s part, to pass to that layer's
     attention module as ``cache=``; a module may take a one-layer
-    ``KVCache`` whole. Each layer remembers the module that first wrote to it
-    and refuses any other, so one cache cannot silently mix two modules'
-    keys. Derived in chapter 14.
+    ``KVCache`` whole. Each layer remembers the module that first wrote to
+    it and refuses any other, so one cache cannot silently mix two
+    modules' keys. Derived in chapter 14.
 
     Args:
         num_layers: How many attention layers the cache serves.
@@ -82,8 +83,8 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        """Positions seen so far by layer 0: the position of the next token
-        (with a ``window``, more than the positions kept)."""
+        """Positions seen so far by layer 0, which is the position of the
+        next token (with a ``window``, more than the positions kept)."""
         return self._layers[0].seen
 
     @property
@@ -98,12 +99,13 @@ class KVCache:
 
     @property
     def values(self) -> list[torch.Tensor | None]:
-        """Each layer's kept values ``(B, H_kv, L, Dv)``, or None if empty."""
+        """Each layer's kept values ``(B, H_kv, L, Dv)``, or None if
+        empty."""
         return [self._view(s.values, s) for s in self._layers]
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the kept keys and values of every layer: what the cache
+        """Bytes of the kept keys and values of every layer, what the cache
         must hold (the storage may be larger, see ``allocated_nbytes``)."""
         return sum(t.numel() * t.element_size()
                    for t in self.keys + self.values if t is not None)
@@ -131,9 +133,10 @@ class KVCache:
     def update(self, key: torch.Tensor, value: torch.Tensor, layer: int = 0,
                owner: object | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``key`` ``(B, H_kv, N, D)`` and ``value`` ``(B, H_kv, N,
-        Dv)`` to layer ``layer``; return its kept keys and values followed by
-        the new ones, ``(B, H_kv, L + N, D)`` and ``(B, H_kv, L + N, Dv)``.
+        """Append ``key`` ``(B, H_kv, N, D)`` and ``value``
+        ``(B, H_kv, N, Dv)`` to layer ``layer``; return its kept keys and
+        values followed by the new ones, ``(B, H_kv, L + N, D)`` and
+        ``(B, H_kv, L + N, Dv)``.
 
         ``owner`` is the attention module calling (the first one to write a
         layer owns it; another one gets a ``ValueError``).
@@ -186,7 +189,8 @@ class KVCache:
         if torch.is_grad_enabled() and (key.requires_grad
                                         or value.requires_grad):
             # Gradients flow to this call's keys and values, not the past.
-            past_k = state.keys.narrow(2, start, end - start)  # (B, H_kv, L, D)
+            # The past keys (B, H_kv, L, D) and values (B, H_kv, L, Dv):
+            past_k = state.keys.narrow(2, start, end - start)
             past_v = state.values.narrow(2, start, end - start)
             return (torch.cat([past_k, key], dim=2),
                     torch.cat([past_v, value], dim=2))  # (B, H_kv, L+N, D)
@@ -276,7 +280,7 @@ class LayerCache:
 
     @property
     def length(self) -> int:
-        """Positions this layer has seen: the next token's position."""
+        """Positions this layer has seen, the next token's position."""
         return self.cache._layers[self.index].seen
 
     @property

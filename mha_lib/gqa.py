@@ -24,13 +24,13 @@ class GroupedQueryAttention(MultiHeadAttention):
     ``num_kv_heads`` heads, each shared by ``num_heads // num_kv_heads``
     query heads.
 
-    ``k_proj`` and ``v_proj`` map ``d_model`` to ``num_kv_heads * head_dim``,
-    so they (and a :class:`~mha_lib.KVCache`) are ``num_heads / num_kv_heads``
-    times smaller. ``forward`` is the parent's: same arguments, same
-    ``(output, weights | None)``. Neither path copies the keys and values
-    once per query head: the explicit path groups the queries by a reshape,
-    the fused one asks ``F.scaled_dot_product_attention`` for
-    ``enable_gqa=True``. Chapter 14.
+    ``k_proj`` and ``v_proj`` map ``d_model`` to
+    ``num_kv_heads * head_dim``, so they (and a :class:`~mha_lib.KVCache`)
+    are ``num_heads / num_kv_heads`` times smaller. ``forward`` is the
+    parent's: same arguments, same ``(output, weights | None)``. Neither
+    path copies the keys and values once per query head: the explicit path
+    groups the queries by a reshape, the fused one asks
+    ``F.scaled_dot_product_attention`` for ``enable_gqa=True``. Chapter 14.
 
     Args:
         d_model: Width of every token vector, ``H * D``.
@@ -61,7 +61,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         query heads as ``H_kv`` groups of ``G`` and let each group broadcast
         against its one key/value head."""
         group = self.num_heads // self.num_kv_heads
-        q = q.unflatten(1, (self.num_kv_heads, group))  # (B, H_kv, G, Lq, D)
+        # (B, H, Lq, D) -> (B, H_kv, G, Lq, D):
+        q = q.unflatten(1, (self.num_kv_heads, group))
         k, v = k.unsqueeze(2), v.unsqueeze(2)  # (B, H_kv, 1, Lk, D)
         if mask is not None and mask.dim() == 4:  # (B|1, H|1, Lq, Lk)
             if mask.size(1) == 1:

@@ -1,7 +1,8 @@
 """Attention masks, one convention: a bool tensor, True = may attend
 (chapter 7).
 
-This is the convention of ``torch.nn.functional.scaled_dot_product_attention``.
+This is the convention of
+``torch.nn.functional.scaled_dot_product_attention``.
 ``torch.nn.MultiheadAttention`` uses the opposite (True = blocked): see
 Appendix A.
 
@@ -73,7 +74,8 @@ def sliding_window_mask(q_len: int, window: int, k_len: int | None = None,
         raise ValueError(f"window: expected a positive int, got {window!r}")
     ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
     causal = torch.tril(ones, diagonal=k_len - q_len)  # j <= p
-    too_far = torch.tril(ones, diagonal=k_len - q_len - window)  # j <= p - w
+    too_far = torch.tril(
+        ones, diagonal=k_len - q_len - window)  # j <= p - window
     return causal & ~too_far  # (Lq, Lk)
 
 

@@ -22,7 +22,7 @@ from mha_lib.cache import KVCache, LayerCache
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masks import causal_mask, sliding_window_mask
 
-__all__ = ["MultiHeadAttention"]
+__all__ = ["MultiHeadAttention", "check_attention_mask"]
 
 
 class MultiHeadAttention(nn.Module):
@@ -47,9 +47,11 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("num_heads", num_heads)
         if d_model % num_heads:
             raise ValueError(f"num_heads: expected a divisor of "
-                             f"d_model={d_model}, got num_heads={num_heads}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
-                or not 0.0 <= dropout < 1.0:
+                             f"d_model={d_model}, "
+                             f"got num_heads={num_heads}")
+        if (isinstance(dropout, bool)
+                or not isinstance(dropout, (int, float))
+                or not 0.0 <= dropout < 1.0):
             raise ValueError(f"dropout: expected a probability in [0, 1), "
                              f"got {dropout!r}")
         self.d_model = d_model
@@ -69,8 +71,8 @@ class MultiHeadAttention(nn.Module):
 
     @dropout.setter
     def dropout(self, p: float) -> None:
-        if isinstance(p, bool) or not isinstance(p, (int, float)) \
-                or not 0.0 <= p < 1.0:
+        if (isinstance(p, bool) or not isinstance(p, (int, float))
+                or not 0.0 <= p < 1.0):
             raise ValueError(f"dropout: expected a probability in [0, 1), "
                              f"got {p!r}")
         self.attn_dropout.p = float(p)
@@ -121,9 +123,10 @@ class MultiHeadAttention(nn.Module):
         layer = self._check_inputs(query, key, value, mask, need_weights,
                                    is_causal, cache)
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, Lq, D)
-        k = split_heads(self.k_proj(key), self.num_kv_heads)  # (B, H_kv, Lk, D)
+        # k and v: (B, H_kv, Lk, D)
+        k = split_heads(self.k_proj(key), self.num_kv_heads)
         v = split_heads(self.v_proj(value), self.num_kv_heads)
-        past = 0 if layer is None else layer.length  # the new tokens' offset
+        past = 0 if layer is None else layer.length  # new tokens' offset
         q, k = self._positions(q, k, past)  # rotary subclasses (chapter 16)
         if layer is not None:  # decoding (chapter 14): append, see them all
             k, v = layer.update(k, v, owner=self)  # (B, H_kv, L + Lk, D)
@@ -139,7 +142,8 @@ class MultiHeadAttention(nn.Module):
                 mask = causal_mask(q.size(2), device=q.device)
             out, weights = self._explicit_attention(q, k, v, mask)
         else:
-            out, weights = self._fused_attention(q, k, v, mask, square), None
+            out, weights = (
+                self._fused_attention(q, k, v, mask, square), None)
         return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
 
     def _positions(self, q: torch.Tensor, k: torch.Tensor, start: int
@@ -156,7 +160,8 @@ class MultiHeadAttention(nn.Module):
         """Chapter 6's attention, one head per key/value head:
         ``(B, H, Lq, D)`` and weights ``(B, H, Lq, Lk)``.
         ``GroupedQueryAttention`` (chapter 14) overrides this."""
-        return scaled_dot_product_attention(q, k, v, mask, self.attn_dropout)
+        return scaled_dot_product_attention(
+            q, k, v, mask, self.attn_dropout)
 
     def _fused_attention(self, q: torch.Tensor, k: torch.Tensor,
                          v: torch.Tensor, mask: torch.Tensor | None,
@@ -167,8 +172,8 @@ class MultiHeadAttention(nn.Module):
             raise TypeError(
                 f"attn_dropout: the fused path (need_weights=False) hands "
                 f"dropout to the kernel and needs an nn.Dropout, got "
-                f"{type(self.attn_dropout).__name__}; use need_weights=True "
-                f"to call it as a module")
+                f"{type(self.attn_dropout).__name__}; use "
+                f"need_weights=True to call it as a module")
         drop = self.attn_dropout
         dropout_p = drop.p if drop.training else 0.0
         gqa = self.num_kv_heads != self.num_heads  # no copies of K and V
@@ -226,34 +231,17 @@ class MultiHeadAttention(nn.Module):
         layer = self._layer_cache(cache)
         q_len = query.size(1)
         k_len = key.size(1) + (0 if layer is None else layer.kept)
-        if layer is not None and q_len > 1 and mask is None \
-                and not is_causal:
+        if (layer is not None and q_len > 1 and mask is None
+                and not is_causal):
             raise ValueError(
                 f"mask: expected is_causal=True (each new token sees the "
-                f"cache and the new tokens up to itself) or a mask of shape "
-                f"({q_len}, {k_len}), got neither for a cached call with "
-                f"{q_len} new tokens")
+                f"cache and the new tokens up to itself) or a mask of "
+                f"shape ({q_len}, {k_len}), got neither for a cached call "
+                f"with {q_len} new tokens")
         if mask is not None:
-            self._check_mask(mask, batch, q_len, k_len, query)
+            check_attention_mask(mask, batch, self.num_heads, q_len,
+                                 k_len, query)
         return layer
-
-    def _check_mask(self, mask: object, batch: int, q_len: int, k_len: int,
-                    query: torch.Tensor) -> None:
-        if isinstance(mask, torch.Tensor) and mask.dim() == 3:
-            raise ValueError(
-                f"mask: expected (Lq, Lk) or (B|1, H|1, Lq, Lk), not 3-D "
-                f"(is the first axis B or H?): pass mask[:, None] for one "
-                f"mask per sequence, or mask[None] for one per head; got "
-                f"shape {tuple(mask.shape)}")
-        if isinstance(mask, torch.Tensor) and mask.dim() not in (2, 4):
-            raise ValueError(
-                f"mask: expected shape (Lq, Lk) = ({q_len}, {k_len}) or "
-                f"(B|1, H|1, Lq, Lk); for one length per sequence pass "
-                f"mha_lib.padding_mask(lengths), (B, 1, 1, Lk); got shape "
-                f"{tuple(mask.shape)}")
-        check_mask(mask, (batch, self.num_heads, q_len, k_len),
-                   "B H Lq Lk", query.dtype)
-        check_device("mask", mask, query.device, "the query's")
 
     @staticmethod
     def _layer_cache(cache: object) -> LayerCache | None:
@@ -262,9 +250,10 @@ class MultiHeadAttention(nn.Module):
         if isinstance(cache, KVCache):
             if cache.num_layers != 1:
                 raise ValueError(
-                    f"cache: expected one layer's cache, cache.layer(i) for "
-                    f"the module of layer i (or a KVCache(num_layers=1)), "
-                    f"got a KVCache with {cache.num_layers} layers")
+                    f"cache: expected one layer's cache, cache.layer(i) "
+                    f"for the module of layer i (or a "
+                    f"KVCache(num_layers=1)), got a KVCache with "
+                    f"{cache.num_layers} layers")
             return cache.layer(0)
         raise TypeError(f"cache: expected a KVCache or one of its layers, "
                         f"got {type(cache).__name__}")
@@ -272,3 +261,35 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"dropout={self.dropout}")
+
+
+def check_attention_mask(mask: object, batch: int, num_heads: int,
+                         q_len: int, k_len: int,
+                         query: torch.Tensor) -> None:
+    """A module's mask: bool or float in the query's dtype, on its device,
+    of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``. 0-D, 1-D and 3-D masks
+    are refused: a 3-D ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike.
+
+    Args:
+        mask: The mask to check.
+        batch: ``B``, the query's batch size.
+        num_heads: ``H``, the module's (query) heads.
+        q_len: ``Lq``, the number of queries.
+        k_len: ``Lk``, the number of keys, cached ones included.
+        query: The module's query input (dtype and device).
+    """
+    if isinstance(mask, torch.Tensor) and mask.dim() == 3:
+        raise ValueError(
+            f"mask: expected (Lq, Lk) or (B|1, H|1, Lq, Lk), not 3-D "
+            f"(is the first axis B or H?): pass mask[:, None] for one "
+            f"mask per sequence, or mask[None] for one per head; got "
+            f"shape {tuple(mask.shape)}")
+    if isinstance(mask, torch.Tensor) and mask.dim() not in (2, 4):
+        raise ValueError(
+            f"mask: expected shape (Lq, Lk) = ({q_len}, {k_len}) or "
+            f"(B|1, H|1, Lq, Lk); for one length per sequence pass "
+            f"mha_lib.padding_mask(lengths), (B, 1, 1, Lk); got shape "
+            f"{tuple(mask.shape)}")
+    check_mask(mask, (batch, num_heads, q_len, k_len), "B H Lq Lk",
+               query.dtype)
+    check_device("mask", mask, query.device, "the query's")

@@ -69,6 +69,7 @@ from mha_lib.exercises.chapter11 import (
     check_torch_masks,
 )
 from mha_lib.exercises.chapter13 import (
+    check_masked_tiles,
     check_score_flops,
     check_tiled_softmax,
     check_weights_mib,
@@ -123,6 +124,7 @@ __all__ = [
     "check_score_flops",
     "check_weights_mib",
     "check_tiled_softmax",
+    "check_masked_tiles",
     "check_cache_bytes",
     "check_expand_kv",
     "check_chunk_mask",

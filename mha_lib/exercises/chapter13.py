@@ -5,13 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from mha_lib.attention import masked_softmax
+from mha_lib.attention import masked_softmax, scaled_dot_product_attention
 from mha_lib.exercises.verdict import Verdict, close
 from mha_lib.mha import MultiHeadAttention
 
-__all__ = ["check_score_flops", "check_weights_mib", "check_tiled_softmax"]
+__all__ = ["check_score_flops", "check_weights_mib", "check_tiled_softmax",
+           "check_masked_tiles"]
 
 # (batch, length, d_model, num_heads): the running example, a base
 # transformer layer, a long context with many heads, a single head.
@@ -128,12 +130,63 @@ def _per_block_softmax(scores: torch.Tensor,
                      dim=-1)
 
 
+# Operations that read a whole row of scores at once when their input is
+# wider than a block: a tiled softmax never applies them to more than
+# block_size scores.
+_WHOLE_ROW = {
+    torch.softmax, torch.Tensor.softmax, torch.nn.functional.softmax,
+    torch.log_softmax, torch.Tensor.log_softmax, torch.exp,
+    torch.Tensor.exp, torch.max, torch.Tensor.max, torch.amax,
+    torch.Tensor.amax, torch.sum, torch.Tensor.sum, torch.logsumexp,
+    torch.Tensor.logsumexp,
+}
+
+
+class _BlockWatch(TorchFunctionMode):
+    """Records the first whole-row operation on more than ``width``
+    scores."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.width = width
+        self.seen: str | None = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        first = args[0] if args else None
+        if (self.seen is None and func in _WHOLE_ROW
+                and isinstance(first, torch.Tensor) and first.dim()
+                and first.size(-1) > self.width):
+            self.seen = (f"{getattr(func, '__name__', func)} on "
+                         f"{first.size(-1)} scores")
+        return func(*args, **kwargs)
+
+
+def _call(fn: Callable, args: tuple, label: str, width: int
+          ) -> tuple[object, Verdict | None]:
+    """``fn(*args)`` under a watch for whole-row operations."""
+    watch = _BlockWatch(width)
+    try:
+        with watch:
+            given = fn(*args)
+    except Exception as error:
+        # the reader's code: report it, do not crash the notebook
+        return None, Verdict(
+            False, f"{label} raised {type(error).__name__}: {error}")
+    if watch.seen is not None:
+        return None, Verdict(
+            False, f"{label} called {watch.seen} at once: read the scores "
+                   f"in blocks of at most block_size={width}")
+    return given, None
+
+
 def check_tiled_softmax(
     fn: Callable[[torch.Tensor, int], torch.Tensor],
 ) -> Verdict:
     """Exercise 13.3: ``fn(scores, block_size)`` returns
     ``softmax(scores, dim=-1)``, reading the last dim in blocks of
-    ``block_size`` with a running max and sum."""
+    ``block_size`` with a running max and sum (a plain ``torch.softmax``
+    over the whole row is refused)."""
     generator = torch.Generator().manual_seed(1212)
     cases = [
         ("random (2, 3, 5, 7)",
@@ -147,13 +200,10 @@ def check_tiled_softmax(
         expected = masked_softmax(scores)
         for block_size in block_sizes:
             args = f"fn({name}, block_size={block_size})"
-            try:
-                given = fn(scores.clone(), block_size)
-            except Exception as error:
-                # the reader's code: report it, do not crash the notebook
-                return Verdict(
-                    False,
-                    f"{args} raised {type(error).__name__}: {error}")
+            given, refused = _call(fn, (scores.clone(), block_size), args,
+                                   block_size)
+            if refused is not None:
+                return refused
             verdict = close(args, given, expected, "")
             if verdict:
                 continue
@@ -173,5 +223,46 @@ def check_tiled_softmax(
                            "when the max changes")
             return verdict
     return Verdict(
-        True, "one pass for the running max and sum, one for the weights: "
-              "never more than one block of scores at a time")
+        True, "a running max and sum, then the weights, block by block")
+
+
+def check_masked_tiles(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                  int], torch.Tensor],
+) -> Verdict:
+    """Exercise 13.4: ``fn(query, key, value, mask, block_size)`` is tiled
+    attention with a bool ``mask`` ``(Lq, Lk)`` (True = may attend): the
+    output of ``mha_lib.scaled_dot_product_attention``, zeros for a query
+    that may attend nothing, and no NaN from a tile whose keys are all
+    masked."""
+    generator = torch.Generator().manual_seed(1313)
+    q, k, v = torch.randn(3, 2, 3, 10, 4, generator=generator).unbind(0)
+    causal = torch.ones(10, 10, dtype=torch.bool).tril()
+    padded = torch.ones(10, 10, dtype=torch.bool)
+    padded[:, 3:] = False  # keys 3.. are padding: whole tiles masked
+    left = torch.ones(10, 10, dtype=torch.bool)
+    left[:, :5] = False  # left padding: the first tiles are all masked
+    empty = causal.clone()
+    empty[4] = False  # query 4 may attend nothing
+    cases = [("causal", causal), ("keys 3-9 padded", padded),
+             ("keys 0-4 padded", left), ("query 4 fully masked", empty)]
+    for name, mask in cases:
+        expected, _ = scaled_dot_product_attention(q, k, v, mask)
+        for block_size in (2, 3, 4):
+            args = f"fn(q, k, v, {name} mask, block_size={block_size})"
+            given, refused = _call(fn, (q, k, v, mask, block_size), args,
+                                   block_size)
+            if refused is not None:
+                return refused
+            if (isinstance(given, torch.Tensor)
+                    and given.shape == expected.shape
+                    and torch.isnan(given).any()):
+                return Verdict(
+                    False, f"{args} has NaN: in a tile whose keys are all "
+                           "masked the running max stays -inf, and "
+                           "exp(-inf - (-inf)) is NaN; subtract 0 where "
+                           "the max is still -inf")
+            verdict = close(args, given, expected, "")
+            if not verdict:
+                return verdict
+    return Verdict(True, "masked tiles add nothing, and no row turns NaN")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -37,7 +38,11 @@ class Verdict:
         return self.ok
 
     def __repr__(self) -> str:
-        return ("Correct: " if self.ok else "Not yet: ") + self.message
+        """``Correct: ...`` or ``Not yet: ...``, wrapped at 74 characters
+        so that it fits the book's solution boxes."""
+        text = ("Correct: " if self.ok else "Not yet: ") + self.message
+        return textwrap.fill(text, width=74, subsequent_indent="  ",
+                             break_long_words=False, break_on_hyphens=False)
 
 
 def compare(
