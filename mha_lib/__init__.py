@@ -4,6 +4,7 @@ step by step."""
 __version__ = "0.2.0"
 
 from mha_lib.attention import masked_softmax, scaled_dot_product_attention
+from mha_lib.block import TransformerBlock
 from mha_lib.cache import KVCache
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.heads import (
@@ -12,7 +13,12 @@ from mha_lib.heads import (
     transpose_output,
     transpose_qkv,
 )
-from mha_lib.interop import from_torch_mha, to_torch_mha
+from mha_lib.interop import (
+    from_torch_encoder_layer,
+    from_torch_mha,
+    to_torch_encoder_layer,
+    to_torch_mha,
+)
 from mha_lib.masks import causal_mask, padding_mask
 from mha_lib.mha import MultiHeadAttention
 from mha_lib.model import TinyTransformer
@@ -35,4 +41,6 @@ __all__ = [
     "EinsumMultiHeadAttention",
     "to_torch_mha", "from_torch_mha",
     "GroupedQueryAttention", "KVCache", "TinyTransformer",
+    "TransformerBlock",
+    "to_torch_encoder_layer", "from_torch_encoder_layer",
 ]

@@ -1,10 +1,11 @@
-"""A tiny decoder-only transformer built from the library's attention (chapters 14, 15).
+"""A tiny decoder-only transformer built from the library's transformer
+blocks (chapters 14, 15).
 
-Shape legend: B - batch, L - length (new tokens), H - heads, Lk - key length
-(cached + new), N - layers, V - vocabulary size.
+Shape legend: B - batch, L - length (new tokens), H - heads, Lk - key
+length (cached + new), N - layers, V - vocabulary size.
 
-``decode_speed`` times greedy decoding with and without the key/value cache; from a
-shell: ``python -m mha_lib.decode_bench``.
+``decode_speed`` times greedy decoding with and without the key/value
+cache; from a shell: ``python -m mha_lib.decode_bench``.
 """
 
 from __future__ import annotations
@@ -15,60 +16,53 @@ import torch
 from torch import nn
 
 from mha_lib._checks import check_positive_int, check_tensor, tracing
-from mha_lib.cache import KVCache, LayerCache
-from mha_lib.gqa import GroupedQueryAttention
-from mha_lib.mha import MultiHeadAttention
+from mha_lib.block import TransformerBlock
+from mha_lib.cache import KVCache
 
-__all__ = ["Block", "TinyTransformer", "decode_speed"]
-
-
-class Block(nn.Module):
-    """Pre-norm decoder block: ``x + attn(LN(x))``, then ``x + mlp(LN(x))``."""
-
-    def __init__(self, d_model: int, num_heads: int, num_kv_heads: int | None = None):
-        super().__init__()
-        self.ln1 = nn.LayerNorm(d_model)
-        if num_kv_heads is None:
-            self.attn = MultiHeadAttention(d_model, num_heads)
-        else:
-            self.attn = GroupedQueryAttention(d_model, num_heads, num_kv_heads)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
-                                 nn.Linear(4 * d_model, d_model))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                cache: LayerCache | None = None, need_weights: bool = False,
-                is_causal: bool = False
-                ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attended, weights = self.attn(self.ln1(x), mask=mask, need_weights=need_weights,
-                                      is_causal=is_causal,
-                                      cache=cache)  # (B, L, d_model), (B, H, L, Lk)
-        x = x + attended
-        return x + self.mlp(self.ln2(x)), weights  # (B, L, d_model)
+__all__ = ["TinyTransformer", "decode_speed"]
 
 
 class TinyTransformer(nn.Module):
-    """Decoder-only language model: token + learned position embeddings, ``num_layers``
-    pre-norm :class:`Block` s, final LayerNorm, linear head to ``vocab_size`` logits.
+    """Decoder-only language model: token + learned position embeddings,
+    ``num_layers`` pre-norm :class:`~mha_lib.TransformerBlock` s (GELU,
+    ``d_ff = 4 * d_model`` unless given), a final LayerNorm and a linear
+    head to ``vocab_size`` logits.
 
-    ``num_kv_heads=None`` uses :class:`~mha_lib.MultiHeadAttention`, otherwise
-    :class:`~mha_lib.GroupedQueryAttention`. ``forward(idx (B, L), cache=None,
-    need_weights=False)`` returns logits ``(B, L, V)``, and with ``need_weights=True``
-    also the attention weights ``(N, B, H, L, Lk)``. ``generate`` decodes greedily.
-    Chapters 14 and 15.
+    ``forward(idx (B, L), cache=None, need_weights=False)`` returns logits
+    ``(B, L, V)``, and with ``need_weights=True`` also the attention weights
+    ``(N, B, H, L, Lk)``. ``generate`` decodes greedily. Chapters 14 and 15.
+
+    Args:
+        vocab_size: Number of token ids ``V``.
+        d_model: Width of every token vector.
+        num_heads: Attention heads per block.
+        num_layers: Number of blocks ``N``.
+        max_len: Most positions a sequence (cached ones included) may have.
+        num_kv_heads: None for :class:`~mha_lib.MultiHeadAttention`, else
+            :class:`~mha_lib.GroupedQueryAttention` with this many
+            key/value heads.
+        d_ff: Hidden width of each feed-forward network; None for
+            ``4 * d_model``.
+        dropout: Dropout probability of every block.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, num_heads: int, num_layers: int,
-                 max_len: int, num_kv_heads: int | None = None):
+    def __init__(self, vocab_size: int, d_model: int, num_heads: int,
+                 num_layers: int, max_len: int,
+                 num_kv_heads: int | None = None, *,
+                 d_ff: int | None = None, dropout: float = 0.0):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("num_layers", num_layers),
+        for name, value in (("vocab_size", vocab_size),
+                            ("num_layers", num_layers),
                             ("max_len", max_len)):
             check_positive_int(name, value)
         self.vocab_size, self.max_len = vocab_size, max_len
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_emb = nn.Embedding(max_len, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, num_heads, num_kv_heads)
-                                    for _ in range(num_layers))
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        self.blocks = nn.ModuleList(
+            TransformerBlock(d_model, num_heads, d_ff, dropout,
+                             num_kv_heads=num_kv_heads)
+            for _ in range(num_layers))
         self.ln_f = nn.LayerNorm(d_model)
         self.head = nn.Linear(d_model, vocab_size)
 
@@ -79,91 +73,131 @@ class TinyTransformer(nn.Module):
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None,
                 need_weights: bool = False
                 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``(B, L, V)`` for token ids ``idx`` ``(B, L)``, and with
+        ``need_weights=True`` also every block's attention weights
+        ``(N, B, H, L, Lk)``.
+
+        Args:
+            idx: Token ids ``(B, L)``, integers in ``[0, vocab_size)``.
+            cache: A :class:`~mha_lib.KVCache` from :meth:`new_cache`: the
+                ids continue the sequence it holds (chapter 14).
+            need_weights: Also return the attention weights (the explicit
+                path of every block's attention).
+        """
         _check_ids(idx)
         # Reading the ids' values breaks a compiled graph: eager calls only.
-        if not tracing() and idx.numel() \
-                and not 0 <= int(idx.min()) <= int(idx.max()) < self.vocab_size:
-            raise ValueError(f"idx: expected token ids in [0, vocab_size={self.vocab_size}), "
-                             f"got ids from {int(idx.min())} to {int(idx.max())}")
-        if cache is not None and (not isinstance(cache, KVCache)
-                                  or cache.num_layers != len(self.blocks)):
-            raise ValueError(f"cache: expected a KVCache with num_layers={len(self.blocks)} "
-                             f"(model.new_cache()), got {cache!r}")
+        if not tracing() and idx.numel() and not (
+                0 <= int(idx.min()) <= int(idx.max()) < self.vocab_size):
+            raise ValueError(
+                f"idx: expected token ids in [0, vocab_size="
+                f"{self.vocab_size}), got ids from {int(idx.min())} to "
+                f"{int(idx.max())}")
+        if cache is not None and (
+                not isinstance(cache, KVCache)
+                or cache.num_layers != len(self.blocks)):
+            raise ValueError(
+                f"cache: expected a KVCache with num_layers="
+                f"{len(self.blocks)} (model.new_cache()), got {cache!r}")
         past = 0 if cache is None else cache.length
         length = idx.size(1)
         if past + length > self.max_len:
-            raise ValueError(f"idx: expected at most max_len={self.max_len} positions, got "
-                             f"{past} cached + {length} new = {past + length}")
-        positions = torch.arange(past, past + length, device=idx.device)  # (L,)
+            raise ValueError(
+                f"idx: expected at most max_len={self.max_len} positions, "
+                f"got {past} cached + {length} new = {past + length}")
+        positions = torch.arange(past, past + length,
+                                 device=idx.device)  # (L,)
         x = self.tok_emb(idx) + self.pos_emb(positions)  # (B, L, d_model)
-        # Causal, aligned bottom-right: query i is position past + i. A single
-        # new token may see every cached one: no mask at all.
+        # Causal, aligned bottom-right: query i is position past + i. A
+        # single new token may see every cached one: no mask at all.
         all_weights = []
         for i, block in enumerate(self.blocks):
-            x, weights = block(x, None, None if cache is None else cache.layer(i),
-                               need_weights, is_causal=length > 1)  # (B, L, d_model)
+            layer = None if cache is None else cache.layer(i)
+            x, weights = block(x, need_weights=need_weights,
+                               is_causal=length > 1,
+                               cache=layer)  # (B, L, d_model)
             all_weights.append(weights)
         logits = self.head(self.ln_f(x))  # (B, L, V)
         if need_weights:
             return logits, torch.stack(all_weights)  # (N, B, H, L, Lk)
         return logits
 
-    def generate(self, idx: torch.Tensor, max_new_tokens: int, use_cache: bool = True
-                 ) -> torch.Tensor:
-        """Greedy decoding: append ``max_new_tokens`` argmax tokens to ``idx`` ``(B, L)``.
+    def generate(self, idx: torch.Tensor, max_new_tokens: int,
+                 use_cache: bool = True) -> torch.Tensor:
+        """Greedy decoding: append ``max_new_tokens`` argmax tokens to
+        ``idx`` ``(B, L)``; returns ``(B, L + max_new_tokens)``.
 
-        ``use_cache=True`` feeds the prompt once, then one token per step, with a
-        :class:`~mha_lib.KVCache`; ``False`` re-runs the whole sequence every step. Both
-        give the same tokens."""
+        Runs in inference mode and returns an ordinary tensor.
+
+        Args:
+            idx: The prompts ``(B, L)``, at least one token each.
+            max_new_tokens: How many tokens to append.
+            use_cache: True feeds the prompt once, then one token per step,
+                with a :class:`~mha_lib.KVCache`; False re-runs the whole
+                sequence every step. Both give the same tokens.
+        """
         _check_ids(idx)
         if idx.size(1) == 0:
-            raise ValueError(f"idx: expected a prompt of at least one token, got shape "
-                             f"{tuple(idx.shape)} (greedy decoding predicts from the "
-                             f"last token)")
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            raise ValueError(
+                f"idx: expected a prompt of at least one token, got shape "
+                f"{tuple(idx.shape)} (greedy decoding predicts from the "
+                f"last token)")
+        if isinstance(max_new_tokens, bool) \
+                or not isinstance(max_new_tokens, int) \
                 or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens: expected a non-negative int, "
-                             f"got {max_new_tokens!r}")
+            raise ValueError(f"max_new_tokens: expected a non-negative "
+                             f"int, got {max_new_tokens!r}")
         if idx.size(1) + max_new_tokens > self.max_len:
-            raise ValueError(f"max_new_tokens: expected the prompt ({idx.size(1)} tokens) plus "
-                             f"max_new_tokens to fit max_len={self.max_len}, "
-                             f"got {idx.size(1)} + {max_new_tokens} = "
-                             f"{idx.size(1) + max_new_tokens}")
+            raise ValueError(
+                f"max_new_tokens: expected the prompt ({idx.size(1)} "
+                f"tokens) plus max_new_tokens to fit max_len="
+                f"{self.max_len}, got {idx.size(1)} + {max_new_tokens} = "
+                f"{idx.size(1) + max_new_tokens}")
         # Inference mode skips autograd's bookkeeping on every small op; the
-        # ids go back out as an ordinary tensor (clone) that training can use.
+        # ids go back out as an ordinary tensor (clone) that training can
+        # use.
         with torch.inference_mode():
             cache = self.new_cache() if use_cache else None
             logits = self(idx, cache=cache)  # (B, L, V)
             for step in range(max_new_tokens):
-                next_id = logits[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+                next_id = logits[:, -1].argmax(dim=-1,
+                                               keepdim=True)  # (B, 1)
                 idx = torch.cat([idx, next_id], dim=1)  # (B, L + 1)
                 if step + 1 < max_new_tokens:
-                    logits = self(next_id, cache=cache) if use_cache else self(idx)
+                    logits = (self(next_id, cache=cache) if use_cache
+                              else self(idx))  # (B, 1 or L, V)
         return idx.clone()
 
 
 def _check_ids(idx: object) -> None:
     check_tensor("idx", idx, ("B", "L"), floating=False)
-    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-        raise TypeError(f"idx: expected integer token ids, got dtype {idx.dtype}")
+    if idx.dtype.is_floating_point or idx.dtype.is_complex \
+            or idx.dtype == torch.bool:
+        raise TypeError(f"idx: expected integer token ids, "
+                        f"got dtype {idx.dtype}")
 
 
-def decode_speed(model: TinyTransformer, prompt: torch.Tensor, max_new_tokens: int,
-                 rounds: int = 3) -> dict[str, float | bool]:
-    """Median wall time (ms) of ``model.generate`` with and without the cache, their
-    ratio ``speedup``, and ``same_tokens``: whether both decoded the same tokens."""
+def decode_speed(model: TinyTransformer, prompt: torch.Tensor,
+                 max_new_tokens: int, rounds: int = 3
+                 ) -> dict[str, float | bool]:
+    """Median wall time (ms) of ``model.generate`` with and without the
+    cache, their ratio ``speedup``, and ``same_tokens``: whether both
+    decoded the same tokens."""
     check_positive_int("rounds", rounds)
     was_training = model.training
     model.eval()
     times: dict[bool, list[float]] = {True: [], False: []}
     tokens = {}
     for r in range(rounds + 1):  # round 0 warms up
-        for use_cache in (r % 2 == 0, r % 2 == 1):  # alternate which goes first
+        for use_cache in (r % 2 == 0, r % 2 == 1):  # alternate the order
             start = time.perf_counter()
-            tokens[use_cache] = model.generate(prompt, max_new_tokens, use_cache=use_cache)
+            tokens[use_cache] = model.generate(prompt, max_new_tokens,
+                                               use_cache=use_cache)
             if r:
-                times[use_cache].append((time.perf_counter() - start) * 1e3)
+                times[use_cache].append(
+                    (time.perf_counter() - start) * 1e3)
     model.train(was_training)
-    cached, uncached = sorted(times[True])[rounds // 2], sorted(times[False])[rounds // 2]
-    return {"cached_ms": cached, "uncached_ms": uncached, "speedup": uncached / cached,
+    cached = sorted(times[True])[rounds // 2]
+    uncached = sorted(times[False])[rounds // 2]
+    return {"cached_ms": cached, "uncached_ms": uncached,
+            "speedup": uncached / cached,
             "same_tokens": bool(torch.equal(tokens[True], tokens[False]))}
