@@ -15,8 +15,9 @@ def test_version_is_the_installed_distributions():
 def test_the_package_is_marked_as_typed():
     assert files("mha_lib").joinpath("py.typed").is_file()
     # and the built distribution ships it (package-data in pyproject.toml)
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     pyproject = Path(__file__).parent.parent / "pyproject.toml"
     config = tomllib.loads(pyproject.read_text())
