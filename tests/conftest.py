@@ -6,12 +6,14 @@ temporary folder), so no state from earlier runs or from `make book` is reused.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
 TOC = REPO / "_toc.yml"
@@ -50,16 +52,31 @@ def toc_pages() -> list[str]:
 def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the book exactly like `make book` (-W -n --keep-going --all); return the html dir.
 
-    Fails, with the whole build log, on a non-zero exit or on any WARNING in the log.
+    Fails, with the whole build log, on a non-zero exit or on any WARNING in the log. Under
+    pytest-xdist (`make test` runs two workers) the workers share one build: the first to
+    get here builds into the session's common temporary folder, the other waits for it.
     """
-    out = tmp_path_factory.mktemp("book")
-    cmd = [str(JUPYTER_BOOK), "build", str(REPO), "-W", "-n", "--keep-going", "--all",
-           "--path-output", str(out)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S)
-    log = f"$ {' '.join(cmd)}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
-    if proc.returncode != 0:
-        pytest.fail(f"book build failed (exit code {proc.returncode}):\n{log}", pytrace=False)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent  # common to all workers
+        with FileLock(str(shared / "book.lock")):
+            return _build_once(shared / "book")
+    return _build_once(tmp_path_factory.mktemp("book"))
+
+
+def _build_once(out: Path) -> Path:
+    """The html dir of a build into `out`, building unless a build there already ran."""
+    log_file = out / "build.log"
+    if not log_file.is_file():
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = [str(JUPYTER_BOOK), "build", str(REPO), "-W", "-n", "--keep-going", "--all",
+               "--path-output", str(out)]
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=BUILD_TIMEOUT_S)
+        log = f"$ {' '.join(cmd)}\n--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}"
+        log_file.write_text(f"{proc.returncode}\n{log}", encoding="utf-8")
+    code, log = log_file.read_text(encoding="utf-8").split("\n", 1)
+    if code != "0":
+        pytest.fail(f"book build failed (exit code {code}):\n{log}", pytrace=False)
     if "WARNING" in log:
         warnings = "\n".join(line for line in log.splitlines() if "WARNING" in line)
         pytest.fail(f"book build logged warnings:\n{warnings}\n\nfull log:\n{log}",
