@@ -84,6 +84,11 @@ from mha_lib.exercises.chapter15 import (
     check_copy_batch,
     check_remove_head,
 )
+from mha_lib.exercises.chapter16 import (
+    check_rotary_complex,
+    check_rotate_half,
+    check_unturned_pairs,
+)
 from mha_lib.exercises.verdict import SENTENCES, Verdict
 
 __all__ = [
@@ -131,4 +136,7 @@ __all__ = [
     "check_copy_batch",
     "check_answer_loss",
     "check_remove_head",
+    "check_rotate_half",
+    "check_rotary_complex",
+    "check_unturned_pairs",
 ]
