@@ -89,6 +89,11 @@ from mha_lib.exercises.chapter16 import (
     check_rotate_half,
     check_unturned_pairs,
 )
+from mha_lib.exercises.chapter17 import (
+    check_alibi_slopes,
+    check_receptive_field,
+    check_window_mask_mod,
+)
 from mha_lib.exercises.verdict import SENTENCES, Verdict
 
 __all__ = [
@@ -139,4 +144,7 @@ __all__ = [
     "check_rotate_half",
     "check_rotary_complex",
     "check_unturned_pairs",
+    "check_window_mask_mod",
+    "check_alibi_slopes",
+    "check_receptive_field",
 ]
