@@ -94,6 +94,11 @@ from mha_lib.exercises.chapter17 import (
     check_receptive_field,
     check_window_mask_mod,
 )
+from mha_lib.exercises.chapter18 import (
+    check_absorbed_query,
+    check_key_projection,
+    check_latent_cache_bytes,
+)
 from mha_lib.exercises.verdict import SENTENCES, Verdict
 
 __all__ = [
@@ -147,4 +152,7 @@ __all__ = [
     "check_window_mask_mod",
     "check_alibi_slopes",
     "check_receptive_field",
+    "check_absorbed_query",
+    "check_latent_cache_bytes",
+    "check_key_projection",
 ]
