@@ -71,7 +71,7 @@ def test_scores_depend_only_on_the_offset():
     torch.manual_seed(2)
     q, k = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
     for interleaved in (False, True):
-        def score(m, n):
+        def score(m, n, interleaved=interleaved):
             qm = apply_rotary(q[None], torch.tensor([m]), interleaved=interleaved)
             kn = apply_rotary(k[None], torch.tensor([n]), interleaved=interleaved)
             return float(qm @ kn.T)

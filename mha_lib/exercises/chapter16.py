@@ -33,7 +33,8 @@ def check_rotate_half(fn: Callable[[torch.Tensor], torch.Tensor]
                                   f"{error}")
         half = shape[-1] // 2
         swapped = torch.cat([x[..., half:], -x[..., :half]], dim=-1)
-        if torch.allclose(given, x * angles.cos() + swapped * angles.sin()) \
+        wrong = x * angles.cos() + swapped * angles.sin()
+        if torch.allclose(given, wrong) \
                 and half > 0 and not torch.equal(x, torch.zeros_like(x)):
             return Verdict(
                 False, "the signs are swapped: that rotates by -angle; "

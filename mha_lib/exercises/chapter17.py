@@ -57,7 +57,8 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
     """Exercise 17.2: ``fn(num_heads)`` is the list of ALiBi's head
     slopes, also for a number of heads that is not a power of two."""
     for num_heads in (8, 16, 1, 4, 6, 12, 20):
-        expected = torch.tensor(alibi_slopes(num_heads), dtype=torch.float64)
+        expected = torch.tensor(alibi_slopes(num_heads),
+                                dtype=torch.float64)
         try:
             given = torch.as_tensor(fn(num_heads), dtype=torch.float64)
         except Exception as error:

@@ -105,6 +105,10 @@ def check_key_projection(
         if not isinstance(matrix, torch.Tensor):
             return Verdict(False, f"fn(module) should be a tensor, got "
                                   f"{type(matrix).__name__}")
+        if matrix.shape != (d_model, d_model):
+            return Verdict(False, f"fn(module) should have shape "
+                                  f"(H * D, d_model) = ({d_model}, "
+                                  f"{d_model}), got {tuple(matrix.shape)}")
         with torch.no_grad():
             expected = module.k_up(module.kv_down(x))  # (B, L, H * D)
             verdict = close(f"x @ fn(module).T (d_model={d_model})",
