@@ -43,9 +43,9 @@ def alibi_bias(num_heads: int, q_len: int, k_len: int | None = None,
 
     It is 0 on the diagonal and ``-m_h`` times the distance for past keys.
     For keys after the query it is positive: it is a bias, not a mask, so
-    pass ``is_causal=True`` (or add a causal mask) as a decoder does. Use it
-    as a float mask, ``mask=alibi_bias(H, L)[None]``. Derived in chapter
-    17.
+    pass ``is_causal=True`` (or add a causal mask) as a decoder does. Use
+    it as a float mask, ``mask=alibi_bias(H, L)[None]``.
+    Derived in chapter 17.
 
     Args:
         num_heads: The number of heads ``H``, one slope each.
