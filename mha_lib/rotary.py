@@ -56,6 +56,29 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor,
         interleaved: The pair layout: adjacent features (True) or the two
             halves (False).
     """
+    _check_inputs(x, positions, base, interleaved)
+    # float32 angles (float64 for float64 x): half precision would round
+    # the angles of late positions badly.
+    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+    angles = rotary_angles(positions, x.size(-1), base, dtype)  # (L, D/2)
+    cos, sin = angles.cos(), angles.sin()  # (L, D/2)
+    xf = x.to(dtype)
+    if interleaved:
+        x1, x2 = xf[..., 0::2], xf[..., 1::2]  # (..., L, D/2) each
+    else:
+        x1, x2 = xf.chunk(2, dim=-1)  # (..., L, D/2) each
+    r1 = x1 * cos - x2 * sin  # (..., L, D/2)
+    r2 = x1 * sin + x2 * cos  # (..., L, D/2)
+    if interleaved:
+        out = torch.stack([r1, r2], dim=-1).flatten(-2)  # (..., L, D)
+    else:
+        out = torch.cat([r1, r2], dim=-1)  # (..., L, D)
+    return out.to(x.dtype)
+
+
+def _check_inputs(x: object, positions: object, base: object,
+                  interleaved: object) -> None:
+    """``apply_rotary``'s arguments: shapes, dtypes, devices, options."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x: expected a torch.Tensor (..., L, D), "
                         f"got {type(x).__name__}")
@@ -81,23 +104,6 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor,
     if not isinstance(interleaved, bool):
         raise TypeError(f"interleaved: expected a bool, "
                         f"got {interleaved!r}")
-    # float32 angles (float64 for float64 x): half precision would round
-    # the angles of late positions badly.
-    dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    angles = rotary_angles(positions, x.size(-1), base, dtype)  # (L, D/2)
-    cos, sin = angles.cos(), angles.sin()  # (L, D/2)
-    xf = x.to(dtype)
-    if interleaved:
-        x1, x2 = xf[..., 0::2], xf[..., 1::2]  # (..., L, D/2) each
-    else:
-        x1, x2 = xf.chunk(2, dim=-1)  # (..., L, D/2) each
-    r1 = x1 * cos - x2 * sin  # (..., L, D/2)
-    r2 = x1 * sin + x2 * cos  # (..., L, D/2)
-    if interleaved:
-        out = torch.stack([r1, r2], dim=-1).flatten(-2)  # (..., L, D)
-    else:
-        out = torch.cat([r1, r2], dim=-1)  # (..., L, D)
-    return out.to(x.dtype)
 
 
 class RotaryAttention(GroupedQueryAttention):
