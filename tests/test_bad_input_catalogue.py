@@ -38,8 +38,12 @@ from mha_lib import (
     GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
+    MultiHeadLatentAttention,
     PositionalEncoding,
+    RotaryAttention,
     TinyTransformer,
+    alibi_bias,
+    apply_rotary,
     build_vocab,
     causal_mask,
     encode,
@@ -49,6 +53,7 @@ from mha_lib import (
     padding_mask,
     scaled_dot_product_attention,
     sinusoidal_encoding,
+    sliding_window_mask,
     split_heads,
     to_torch_mha,
     tokenize,
@@ -488,6 +493,82 @@ bad("TinyTransformer/id-beyond-vocab", lambda: tiny()(torch.full((1, 3), 12)), V
 bad("TinyTransformer/negative-id", lambda: tiny()(torch.full((1, 3), -1)), ValueError,
     "idx", r"vocab_size=10", r"-1")
 
+
+# --- chapters 16-18: rotary positions, sliding windows, ALiBi, latent attention --------------
+POS5 = torch.arange(5)
+bad("apply_rotary/odd-D", lambda: apply_rotary(f32(2, 5, 7), POS5), ValueError, "x",
+    "D even", shape(2, 5, 7))
+bad("apply_rotary/x-1d", lambda: apply_rotary(f32(8), POS5[:1]), ValueError, "x",
+    "D even", shape(8))
+bad("apply_rotary/x-int", lambda: apply_rotary(i64(5, 4), POS5), TypeError, "x",
+    "floating", r"int64")
+bad("apply_rotary/x-list", lambda: apply_rotary([[1.0, 2.0]], POS5), TypeError, "x",
+    "Tensor", r"\blist\b")
+bad("apply_rotary/float-positions", lambda: apply_rotary(f32(5, 4), POS5.float()),
+    TypeError, "positions", "integer", r"float32")
+bad("apply_rotary/positions-2d", lambda: apply_rotary(f32(5, 4), POS5[None]), ValueError,
+    "positions", r"1-D", shape(1, 5))
+bad("apply_rotary/positions-length", lambda: apply_rotary(f32(5, 4), POS5[:3]), ValueError,
+    "positions", r"\(5,\)", shape(3))
+bad("apply_rotary/base-1", lambda: apply_rotary(f32(5, 4), POS5, base=1.0), ValueError,
+    "base", "> 1", r"1\.0")
+bad("apply_rotary/interleaved-str", lambda: apply_rotary(f32(5, 4), POS5, interleaved="no"),
+    TypeError, "interleaved", "bool", r"'no'")
+bad("RotaryAttention/odd-head_dim", lambda: RotaryAttention(6, 2), ValueError, "num_heads",
+    "even", r"head_dim=3")
+bad("RotaryAttention/indivisible-kv", lambda: RotaryAttention(8, 4, 3), ValueError,
+    "num_kv_heads", r"num_heads=4", r"num_kv_heads=3")
+bad("RotaryAttention/base-0", lambda: RotaryAttention(8, 2, base=0), ValueError, "base",
+    "> 1", r"\b0\b")
+bad("RotaryAttention/query-2d", lambda: RotaryAttention(8, 2)(f32(5, 8)), ValueError,
+    "query", r"3-D", shape(5, 8))
+bad("RotaryAttention/mask-3d", lambda: RotaryAttention(8, 2)(X, mask=keep(2, 5, 5)),
+    ValueError, "mask", r"B\|1, H\|1", shape(2, 5, 5))
+bad("sliding_window_mask/window-0", lambda: sliding_window_mask(4, 0), ValueError, "window",
+    "positive int", r"\b0\b")
+bad("sliding_window_mask/window-float", lambda: sliding_window_mask(4, 2.0), ValueError,
+    "window", "positive int", r"2\.0")
+bad("sliding_window_mask/q_len-negative", lambda: sliding_window_mask(-1, 2), ValueError,
+    "q_len", "non-negative int", r"-1")
+bad("alibi_bias/zero-heads", lambda: alibi_bias(0, 4), ValueError, "num_heads",
+    "positive int", r"\b0\b")
+bad("alibi_bias/q_len-float", lambda: alibi_bias(4, 4.0), ValueError, "q_len",
+    "non-negative int", r"4\.0")
+bad("alibi_bias/k_len-negative", lambda: alibi_bias(4, 4, -2), ValueError, "k_len",
+    "non-negative int", r"-2")
+bad("MultiHeadLatentAttention/odd-rope", lambda: MultiHeadLatentAttention(8, 2, 4, 3),
+    ValueError, "rope_dim", "even", r"\b3\b")
+bad("MultiHeadLatentAttention/zero-latent", lambda: MultiHeadLatentAttention(8, 2, 0, 2),
+    ValueError, "kv_latent_dim", "positive int", r"\b0\b")
+bad("MultiHeadLatentAttention/indivisible", lambda: MultiHeadLatentAttention(8, 3, 4, 2),
+    ValueError, "num_heads", r"d_model=8", r"num_heads=3")
+bad("MultiHeadLatentAttention/dropout-1", lambda: MultiHeadLatentAttention(8, 2, 4, 2,
+                                                                           dropout=1.0),
+    ValueError, "dropout", r"\[0, 1\)", r"1\.0")
+
+
+def mla(x=None, **kwargs):
+    x = f32(2, 5, 8) if x is None else x
+    return lambda: MultiHeadLatentAttention(8, 2, 4, 2)(x, **kwargs)
+
+
+bad("MultiHeadLatentAttention/x-2d", mla(f32(5, 8)), ValueError, "x", r"3-D", shape(5, 8))
+bad("MultiHeadLatentAttention/x-width", mla(f32(2, 5, 6)), ValueError, "x", r"\b8\b",
+    shape(2, 5, 6))
+bad("MultiHeadLatentAttention/x-int", mla(i64(2, 5, 8)), TypeError, "x", "floating",
+    r"int64")
+bad("MultiHeadLatentAttention/mask-3d", mla(mask=keep(2, 5, 5)), ValueError, "mask",
+    r"B\|1, H\|1", shape(2, 5, 5))
+bad("MultiHeadLatentAttention/mask-shape", mla(mask=keep(3, 3)), ValueError, "mask",
+    r"B=2, H=2, Lq=5, Lk=5", shape(3, 3))
+bad("MultiHeadLatentAttention/mask-float64", mla(mask=torch.zeros(5, 5, dtype=torch.float64)),
+    TypeError, "mask", r"float32", r"float64")
+bad("MultiHeadLatentAttention/cache-no-mask", mla(cache=KVCache()), ValueError, "mask",
+    r"is_causal=True", r"neither")
+bad("MultiHeadLatentAttention/cache-int", mla(cache=3), TypeError, "cache", "KVCache",
+    r"\bint\b")
+bad("MultiHeadLatentAttention/absorb-str", mla(absorb="yes"), TypeError, "absorb", "bool",
+    r"'yes'")
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_bad_input_is_refused_with_a_message(case: Bad):

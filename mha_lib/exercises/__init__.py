@@ -84,6 +84,21 @@ from mha_lib.exercises.chapter15 import (
     check_copy_batch,
     check_remove_head,
 )
+from mha_lib.exercises.chapter16 import (
+    check_rotary_complex,
+    check_rotate_half,
+    check_unturned_pairs,
+)
+from mha_lib.exercises.chapter17 import (
+    check_alibi_slopes,
+    check_receptive_field,
+    check_window_mask_mod,
+)
+from mha_lib.exercises.chapter18 import (
+    check_absorbed_query,
+    check_key_projection,
+    check_latent_cache_bytes,
+)
 from mha_lib.exercises.verdict import SENTENCES, Verdict
 
 __all__ = [
@@ -131,4 +146,13 @@ __all__ = [
     "check_copy_batch",
     "check_answer_loss",
     "check_remove_head",
+    "check_rotate_half",
+    "check_rotary_complex",
+    "check_unturned_pairs",
+    "check_window_mask_mod",
+    "check_alibi_slopes",
+    "check_receptive_field",
+    "check_absorbed_query",
+    "check_latent_cache_bytes",
+    "check_key_projection",
 ]
