@@ -68,6 +68,10 @@ from mha_lib.exercises.chapter11 import (
     check_to_torch,
     check_torch_masks,
 )
+from mha_lib.exercises.chapter12 import (
+    check_block_params,
+    check_pre_norm,
+)
 from mha_lib.exercises.chapter13 import (
     check_masked_tiles,
     check_score_flops,
@@ -121,6 +125,8 @@ __all__ = [
     "check_to_torch",
     "check_torch_masks",
     "check_sdpa_attention",
+    "check_block_params",
+    "check_pre_norm",
     "check_score_flops",
     "check_weights_mib",
     "check_tiled_softmax",
