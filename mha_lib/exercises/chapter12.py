@@ -34,21 +34,21 @@ def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
         norms = 4 * d_model
         attention_biases = 4 * d_model
         ffn_biases = d_ff + d_model
-        hints = {
-            expected - norms: "the two LayerNorms have parameters too "
-                              "(gamma and beta, d_model each)",
-            expected - attention_biases: "the four attention projections "
-                                         "have biases",
-            expected - ffn_biases: "the two FFN layers have biases",
-            expected - attention_biases - ffn_biases - norms:
-                "count the biases and the LayerNorms' gamma and beta",
-            expected - 2 * d_model * d_model: "attention has four "
-                                              "d_model x d_model matrices "
-                                              "(Q, K, V and the output)",
-        }
-        hint = hints.get(given, "count attention (4 matrices, 4 biases), "
-                                "the FFN (2 matrices, 2 biases) and two "
-                                "LayerNorms")
+        missing = [  # (what a common wrong count leaves out, the hint)
+            (norms, "the two LayerNorms have parameters too (gamma and "
+                    "beta, d_model each)"),
+            (attention_biases, "the four attention projections have "
+                               "biases"),
+            (ffn_biases, "the two FFN layers have biases"),
+            (attention_biases + ffn_biases + norms,
+             "count the biases and the LayerNorms' gamma and beta"),
+            (2 * d_model * d_model, "attention has four d_model x d_model "
+                                    "matrices (Q, K, V and the output)"),
+        ]
+        found = [h for gap, h in missing if given == expected - gap]
+        hint = (" or ".join(found) if found else
+                "count attention (4 matrices, 4 biases), the FFN "
+                "(2 matrices, 2 biases) and two LayerNorms")
         return Verdict(
             False, f"{call} should be {expected:,}, got {given!r}: {hint}")
     return Verdict(
