@@ -86,6 +86,7 @@ from mha_lib.exercises.chapter14 import (
 from mha_lib.exercises.chapter15 import (
     check_answer_loss,
     check_copy_batch,
+    check_find_induction_head,
     check_remove_head,
 )
 from mha_lib.exercises.verdict import SENTENCES, Verdict
@@ -137,4 +138,5 @@ __all__ = [
     "check_copy_batch",
     "check_answer_loss",
     "check_remove_head",
+    "check_find_induction_head",
 ]
