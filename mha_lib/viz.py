@@ -82,20 +82,22 @@ _EXPLORER_CSS = """
 .attention-explorer .ae-controls{display:flex;flex-wrap:wrap;gap:.4em 1em;
  align-items:center;margin-bottom:.4em}
 .attention-explorer .ae-controls select{font:inherit}
-.attention-explorer .ae-row{display:flex;flex-wrap:wrap;gap:3px;
- margin:.1em 0 .5em}
+.attention-explorer .ae-row{margin:.1em 0 .4em}
 .attention-explorer .ae-label{font-size:12px;opacity:.75}
-.attention-explorer .ae-tok{display:inline-flex;flex-direction:column;
- align-items:center;min-width:1.9em;padding:1px 3px;border-radius:3px;
- border:1px solid rgba(127,127,127,.45);cursor:pointer;
- font-family:ui-monospace,monospace;white-space:pre}
+.attention-explorer .ae-tok:hover{border-color:#e8590c}
 .attention-explorer .ae-tok:focus{outline:2px solid #e8590c;
  outline-offset:1px}
 .attention-explorer .ae-tok.ae-active{border-color:#e8590c;
  box-shadow:0 0 0 2px #e8590c inset}
-.attention-explorer .ae-w{font-size:10px;min-height:1.2em;opacity:.85}
 .attention-explorer .ae-status{font-size:13px;min-height:1.4em}
 """
+
+_CHIP_STYLE = ("display:inline-block;vertical-align:top;min-width:1.9em;"
+               "margin:0 3px 3px 0;padding:1px 3px;border-radius:3px;"
+               "border:1px solid rgba(127,127,127,.45);text-align:center;"
+               "font-family:ui-monospace,monospace;white-space:pre;"
+               "cursor:pointer")
+_WEIGHT_STYLE = "display:block;font-size:10px;min-height:1.2em"
 
 # Vanilla JavaScript, no library: it finds its own root (the element
 # around the script), reads the weights from the JSON next to it and
@@ -125,12 +127,15 @@ function paint(chips,get,n){
  }}
 function clear(chips){for(var j=0;j<chips.length;j++){var c=chips[j];
  c.removeAttribute('data-weight');c.style.background='';c.style.color='';
+ c.style.outline='';
  c.classList.remove('ae-active');c.querySelector('.ae-w').textContent='';}}
 function show(){
  var l=+L.value,h=+H.value,i=cur.i;clear(Q);clear(K);
- if(cur.side==='q'){Q[i].classList.add('ae-active');
+ var on=cur.side==='q'?Q[i]:K[i];on.classList.add('ae-active');
+ on.style.outline='2px solid #e8590c';
+ if(cur.side==='q'){
   paint(K,function(j){return w(l,h,i,j);});}
- else{K[i].classList.add('ae-active');
+ else{
   paint(Q,function(j){return w(l,h,j,i);});}
  var what=cur.side==='q'?'query':'key';
  var chips=cur.side==='q'?K:Q,best=[];
@@ -257,25 +262,29 @@ def attention_explorer(
     esc = html_lib.escape
 
     # The first view, drawn here so that it shows without scripts too:
-    # layer 1, head 0, the last token as the query.
+    # layer 1, head 0, the last token as the query. The tokens' layout is
+    # in style attributes, which an untrusted notebook keeps (it drops
+    # <style> and <script>).
     first = (stored[0, 0, -1] / scale).tolist()  # (L,)
 
     def chips(side: str) -> str:
         out = []
         for i, t in enumerate(tokens):
-            extra, label = "", ""
+            cls, attrs, style, label = "ae-tok", "", _CHIP_STYLE, ""
             if side == "q" and i == length - 1:
-                extra = ' ae-active'
+                cls += " ae-active"
+                style += ";outline:2px solid #e8590c"
             if side == "k" and first[i] > 0:
-                label = f"{first[i]:.2f}".lstrip("0")
-                extra = (f'" data-weight="{first[i]:.{digits}f}" '
-                         f'style="background:rgba(31,119,180,'
-                         f'{first[i]:.3f})')
+                if first[i] >= 0.005:  # as the script shows them
+                    label = f"{first[i]:.2f}".lstrip("0")
+                attrs = f' data-weight="{first[i]:.{digits}f}"'
+                style += f";background:rgba(31,119,180,{first[i]:.3f})"
             out.append(
-                f'<span class="ae-tok{extra}" tabindex="0" role="button" '
-                f'data-side="{side}" data-pos="{i}" '
+                f'<span class="{cls}"{attrs} style="{style}" tabindex="0" '
+                f'role="button" data-side="{side}" data-pos="{i}" '
                 f'title="position {i}">{esc(t)}'
-                f'<span class="ae-w">{label}</span></span>')
+                f'<span class="ae-w" style="{_WEIGHT_STYLE}">{label}'
+                f"</span></span>")
         return "".join(out)
 
     def options(names: Sequence[str]) -> str:
