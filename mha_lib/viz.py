@@ -235,7 +235,9 @@ def attention_explorer(
                          f"or (L, L) with L > 0, got "
                          f"{tuple(weights.shape)}")
     if not torch.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights: expected finite, non-negative weights")
+        raise ValueError(f"weights: expected finite, non-negative weights, "
+                         f"got values from {w.min().item()} to "
+                         f"{w.max().item()}")
     num_layers, num_heads, length = w.size(0), w.size(1), w.size(-1)
     if isinstance(tokens, str) or len(tokens) != length:
         raise ValueError(f"tokens: expected a sequence of {length} strings "
@@ -246,7 +248,7 @@ def attention_explorer(
     layer_names = [str(n) for n in layer_names]
     if len(layer_names) != num_layers:
         raise ValueError(f"layer_names: expected {num_layers} names, got "
-                         f"{len(layer_names)}")
+                         f"{len(layer_names)}: {layer_names!r}")
     if isinstance(digits, bool) or not isinstance(digits, int) \
             or not 1 <= digits <= 6:
         raise ValueError(f"digits: expected an int from 1 to 6, "

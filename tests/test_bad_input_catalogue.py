@@ -40,9 +40,11 @@ from mha_lib import (
     MultiHeadAttention,
     PositionalEncoding,
     TinyTransformer,
+    TransformerBlock,
     build_vocab,
     causal_mask,
     encode,
+    from_torch_encoder_layer,
     from_torch_mha,
     masked_softmax,
     merge_heads,
@@ -50,6 +52,7 @@ from mha_lib import (
     scaled_dot_product_attention,
     sinusoidal_encoding,
     split_heads,
+    to_torch_encoder_layer,
     to_torch_mha,
     tokenize,
     transpose_output,
@@ -487,6 +490,33 @@ bad("TinyTransformer/id-beyond-vocab", lambda: tiny()(torch.full((1, 3), 12)), V
     "idx", r"vocab_size=10", r"\b12\b")
 bad("TinyTransformer/negative-id", lambda: tiny()(torch.full((1, 3), -1)), ValueError,
     "idx", r"vocab_size=10", r"-1")
+
+
+# --- the transformer block and its PyTorch twin (chapter 12) ----------------------------------
+bad("TransformerBlock/d_ff-0", lambda: TransformerBlock(8, 2, 0), ValueError, "d_ff",
+    "positive int", r"\b0\b")
+bad("TransformerBlock/activation", lambda: TransformerBlock(8, 2, 32, activation="tanh"),
+    ValueError, "activation", r"'gelu', 'relu'", r"'tanh'")
+bad("TransformerBlock/norm_first-str", lambda: TransformerBlock(8, 2, 32, norm_first="yes"),
+    TypeError, "norm_first", "bool", r"'yes'")
+bad("TransformerBlock/x-2d", lambda: TransformerBlock(8, 2, 32)(f32(5, 8)), ValueError, "x",
+    r"3-D", shape(5, 8))
+bad("TransformerBlock/feed_forward-width", lambda: TransformerBlock(8, 2, 32).feed_forward(
+    f32(2, 7)), ValueError, "x", r"\(\.\.\., 8\)", r"\(2, 7\)")
+bad("to_torch_encoder_layer/not-a-block", lambda: to_torch_encoder_layer(
+    MultiHeadAttention(8, 2)), TypeError, "block", "TransformerBlock", r"MultiHeadAttention")
+bad("to_torch_encoder_layer/gqa", lambda: to_torch_encoder_layer(
+    TransformerBlock(8, 4, 32, num_kv_heads=2)), ValueError, "block",
+    r"one key/value head per query head", r"GroupedQueryAttention")
+bad("from_torch_encoder_layer/not-a-layer", lambda: from_torch_encoder_layer(nn.Linear(2, 2)),
+    TypeError, "layer", "TransformerEncoderLayer", r"\bLinear\b")
+bad("from_torch_encoder_layer/no-bias", lambda: from_torch_encoder_layer(
+    nn.TransformerEncoderLayer(8, 2, 32, bias=False, batch_first=True)), ValueError, "layer",
+    r"bias=True", r"without attention biases")
+bad("from_torch_encoder_layer/tanh-gelu", lambda: from_torch_encoder_layer(
+    nn.TransformerEncoderLayer(8, 2, 32, activation=nn.GELU(approximate="tanh"),
+                               batch_first=True)), ValueError, "layer", r"'relu' or 'gelu'",
+    r"approximate='tanh'")
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
