@@ -170,6 +170,10 @@ class AttentionExplorer:
     writes it as a page of its own. The HTML holds its data, its style
     and a short script: no CDN, no require.js, no running kernel. Without
     scripts (an untrusted notebook) it shows its first view unchanged.
+
+    Args:
+        html: The view's HTML, one ``<div class="attention-explorer">``.
+        summary: What ``repr`` shows (a notebook's plain-text output).
     """
 
     def __init__(self, html: str, summary: str):
