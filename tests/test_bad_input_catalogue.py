@@ -42,11 +42,13 @@ from mha_lib import (
     PositionalEncoding,
     RotaryAttention,
     TinyTransformer,
+    TransformerBlock,
     alibi_bias,
     apply_rotary,
     build_vocab,
     causal_mask,
     encode,
+    from_torch_encoder_layer,
     from_torch_mha,
     masked_softmax,
     merge_heads,
@@ -55,6 +57,7 @@ from mha_lib import (
     sinusoidal_encoding,
     sliding_window_mask,
     split_heads,
+    to_torch_encoder_layer,
     to_torch_mha,
     tokenize,
     transpose_output,
@@ -569,6 +572,33 @@ bad("MultiHeadLatentAttention/cache-int", mla(cache=3), TypeError, "cache", "KVC
     r"\bint\b")
 bad("MultiHeadLatentAttention/absorb-str", mla(absorb="yes"), TypeError, "absorb", "bool",
     r"'yes'")
+
+# --- the transformer block and its PyTorch twin (chapter 12) ----------------------------------
+bad("TransformerBlock/d_ff-0", lambda: TransformerBlock(8, 2, 0), ValueError, "d_ff",
+    "positive int", r"\b0\b")
+bad("TransformerBlock/activation", lambda: TransformerBlock(8, 2, 32, activation="tanh"),
+    ValueError, "activation", r"'gelu', 'relu'", r"'tanh'")
+bad("TransformerBlock/norm_first-str", lambda: TransformerBlock(8, 2, 32, norm_first="yes"),
+    TypeError, "norm_first", "bool", r"'yes'")
+bad("TransformerBlock/x-2d", lambda: TransformerBlock(8, 2, 32)(f32(5, 8)), ValueError, "x",
+    r"3-D", shape(5, 8))
+bad("TransformerBlock/feed_forward-width", lambda: TransformerBlock(8, 2, 32).feed_forward(
+    f32(2, 7)), ValueError, "x", r"\(\.\.\., 8\)", r"\(2, 7\)")
+bad("to_torch_encoder_layer/not-a-block", lambda: to_torch_encoder_layer(
+    MultiHeadAttention(8, 2)), TypeError, "block", "TransformerBlock", r"MultiHeadAttention")
+bad("to_torch_encoder_layer/gqa", lambda: to_torch_encoder_layer(
+    TransformerBlock(8, 4, 32, num_kv_heads=2)), ValueError, "block",
+    r"one key/value head per query head", r"GroupedQueryAttention")
+bad("from_torch_encoder_layer/not-a-layer", lambda: from_torch_encoder_layer(nn.Linear(2, 2)),
+    TypeError, "layer", "TransformerEncoderLayer", r"\bLinear\b")
+bad("from_torch_encoder_layer/no-bias", lambda: from_torch_encoder_layer(
+    nn.TransformerEncoderLayer(8, 2, 32, bias=False, batch_first=True)), ValueError, "layer",
+    r"bias=True", r"without attention biases")
+bad("from_torch_encoder_layer/tanh-gelu", lambda: from_torch_encoder_layer(
+    nn.TransformerEncoderLayer(8, 2, 32, activation=nn.GELU(approximate="tanh"),
+                               batch_first=True)), ValueError, "layer", r"'relu' or 'gelu'",
+    r"approximate='tanh'")
+
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES])
 def test_bad_input_is_refused_with_a_message(case: Bad):

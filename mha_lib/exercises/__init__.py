@@ -68,6 +68,10 @@ from mha_lib.exercises.chapter11 import (
     check_to_torch,
     check_torch_masks,
 )
+from mha_lib.exercises.chapter12 import (
+    check_block_params,
+    check_pre_norm,
+)
 from mha_lib.exercises.chapter13 import (
     check_masked_tiles,
     check_score_flops,
@@ -82,6 +86,7 @@ from mha_lib.exercises.chapter14 import (
 from mha_lib.exercises.chapter15 import (
     check_answer_loss,
     check_copy_batch,
+    check_find_induction_head,
     check_remove_head,
 )
 from mha_lib.exercises.chapter16 import (
@@ -136,6 +141,8 @@ __all__ = [
     "check_to_torch",
     "check_torch_masks",
     "check_sdpa_attention",
+    "check_block_params",
+    "check_pre_norm",
     "check_score_flops",
     "check_weights_mib",
     "check_tiled_softmax",
@@ -155,4 +162,5 @@ __all__ = [
     "check_absorbed_query",
     "check_latent_cache_bytes",
     "check_key_projection",
+    "check_find_induction_head",
 ]

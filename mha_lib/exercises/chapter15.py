@@ -1,8 +1,9 @@
-"""Checkers for chapter 15's exercises (training a tiny transformer to
-reverse digits).
+"""Checkers for chapter 15's exercises (tiny transformers that reverse
+digits and find repeats).
 
-The task: ``N = 6`` digits (ids 0-9), the separator ``SEP = 10``, then the
-answer, so a sequence has ``2 * N + 1 = 13`` tokens.
+The reversal task: ``N = 6`` digits (ids 0-9), the separator ``SEP = 10``,
+then the answer, so a sequence has ``2 * N + 1 = 13`` tokens. The
+induction task: ``k`` distinct tokens, repeated once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ __all__ = [
     "check_copy_batch",
     "check_answer_loss",
     "check_remove_head",
+    "check_find_induction_head",
 ]
 
 N = 6  # digits per sequence
@@ -172,3 +174,77 @@ def check_remove_head(
     return Verdict(
         True, "out_proj.weight[:, h*D:(h+1)*D] = 0 removes head h's term "
               "from the sum over heads (chapter 8)")
+
+
+def _planted_weights(generator: torch.Generator, roles: dict,
+                     num_layers: int, num_heads: int, k: torch.Tensor,
+                     length: int) -> torch.Tensor:
+    """Causal weights ``(N, B, H, L, L)``: random rows, except the heads in
+    ``roles`` ({(layer, head): offset}) whose queries in the second copy put
+    most weight on key ``t - k + offset`` (1: induction, 0: the earlier
+    twin itself) or, for offset None, on the previous token."""
+    batch = k.size(0)
+    scores = torch.randn(num_layers, batch, num_heads, length, length,
+                         generator=generator)
+    q = torch.arange(length)  # (L,)
+    for (layer, head), offset in roles.items():
+        if offset is None:
+            target = (q - 1).clamp(min=0).expand(batch, length)  # (B, L)
+        else:
+            second = (q >= k) & (q < 2 * k - 1)  # (B, L)
+            target = torch.where(second, q - k + offset,
+                                 torch.zeros_like(q))  # (B, L)
+        bonus = torch.zeros(batch, length, length)
+        bonus.scatter_(2, target[..., None], 6.0)
+        scores[layer, :, head] += bonus
+    allowed = torch.ones(length, length, dtype=torch.bool).tril()
+    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+
+
+def check_find_induction_head(
+    fn: Callable[[torch.Tensor, torch.Tensor], tuple[int, int]],
+) -> Verdict:
+    """Exercise 15.4: ``fn(weights, k)`` returns ``(layer, head)`` of the
+    induction head, for attention weights ``(N, B, H, L, L)`` (as
+    ``model(idx, need_weights=True)`` returns them) of sequences whose
+    first ``k`` tokens repeat once (``k`` is ``(B, 1)``)."""
+    generator = torch.Generator().manual_seed(154)
+    length = 23
+    for num_layers, num_heads, induction, previous, twin in (
+            (2, 3, (1, 2), (0, 1), (1, 0)),
+            (3, 2, (2, 0), (1, 1), (0, 0)),
+            (2, 4, (1, 1), (0, 3), (1, 3))):
+        k = torch.randint(6, 12, (40, 1), generator=generator)
+        roles = {induction: 1, previous: None, twin: 0}
+        weights = _planted_weights(generator, roles, num_layers, num_heads,
+                                   k, length)
+        try:
+            given = fn(weights, k)
+        except Exception as error:
+            # the reader's code: report it, do not crash the notebook
+            return Verdict(
+                False, f"fn(weights, k) raised {type(error).__name__}: "
+                       f"{error}")
+        try:
+            given = tuple(int(i) for i in given)
+        except (TypeError, ValueError):
+            return Verdict(False, f"fn(weights, k) should return a pair "
+                                  f"(layer, head), got {given!r}")
+        if given == previous:
+            return Verdict(
+                False, f"{given} is a previous-token head: it looks one "
+                       f"step back everywhere; the induction head looks "
+                       f"k - 1 steps back, in the second copy only")
+        if given == twin:
+            return Verdict(
+                False, f"{given} looks at the earlier twin itself "
+                       f"(key t - k); the induction head looks at the "
+                       f"token after it, key t - k + 1")
+        if given != induction:
+            return Verdict(
+                False, f"fn(weights, k) should be {induction} for weights "
+                       f"of shape {tuple(weights.shape)}, got {given}")
+    return Verdict(
+        True, "score each head by its mean weight on key t - k + 1 over "
+              "the queries of the second copy; the best is the induction "
+              "head")

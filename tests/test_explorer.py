@@ -1,0 +1,247 @@
+"""The attention explorer (mha_lib.viz.attention_explorer, chapter 15).
+
+Without a browser: its HTML is self-contained (no URL, no require.js, no CDN),
+deterministic (nbval compares it), carries the weights it was given, and refuses bad
+input. With Chromium (marker ``browser``), offline (every request that is not a local
+file is aborted and recorded): hovering each query and keyboard-focusing each key
+highlights exactly the stored weights, in every layer and head; two explorers on one page
+do not disturb each other; and in the built book chapter 15's explorer does the same
+with the weights its page stores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from mha_lib.viz import AttentionExplorer, attention_explorer
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/bin/chromium")
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update"]
+TOKENS = ["the", "cat", "<sat>", "on", "a", "\"mat\"", "&"]
+
+
+def causal_weights(layers: int, heads: int, length: int, seed: int) -> torch.Tensor:
+    """Random rows that sum to 1 over the keys a causal query may see."""
+    generator = torch.Generator().manual_seed(seed)
+    scores = torch.randn(layers, heads, length, length, generator=generator) * 2
+    allowed = torch.ones(length, length, dtype=torch.bool).tril()
+    return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+
+
+def stored(explorer: AttentionExplorer) -> dict:
+    match = re.search(r'<script type="application/json" class="ae-data">(.*?)</script>',
+                      explorer.html, re.S)
+    assert match, "no data block in the explorer's HTML"
+    return json.loads(match.group(1))
+
+
+# --- without a browser --------------------------------------------------------------------
+
+def test_html_is_self_contained_and_deterministic() -> None:
+    weights = causal_weights(2, 3, len(TOKENS), seed=0)
+    explorer = attention_explorer(weights, TOKENS, title="a <title>")
+    html = explorer.html
+    assert html.startswith('<div class="attention-explorer" id="ae-')
+    for outside in ("http:", "https:", "//cdn", "require(", "requirejs", " src=", "<link",
+                    "import("):
+        assert outside not in html, f"the explorer reaches outside: {outside!r}"
+    assert explorer._repr_html_() == html
+    assert repr(explorer) == "AttentionExplorer(2 layers x 3 heads, 7 tokens)"
+    # The same weights give the same HTML (nbval), other weights another id.
+    assert attention_explorer(weights, TOKENS, title="a <title>").html == html
+    other = attention_explorer(causal_weights(2, 3, len(TOKENS), seed=1), TOKENS)
+    assert other.html.split('"', 4)[3] != html.split('"', 4)[3]
+    # Tokens and title are escaped, not markup.
+    assert "&lt;sat&gt;" in html and "<sat>" not in html.split("<script")[0]
+    assert "a &lt;title&gt;" in html
+
+
+def test_stored_weights_are_the_given_weights() -> None:
+    weights = causal_weights(2, 3, len(TOKENS), seed=2)
+    data = stored(attention_explorer(weights, TOKENS, digits=4))
+    assert data["tokens"] == TOKENS
+    assert data["layers"] == ["layer 1", "layer 2"]
+    back = torch.tensor(data["weights"], dtype=torch.float64) / data["scale"]
+    assert back.shape == weights.shape
+    torch.testing.assert_close(back, weights.double(), atol=0.5e-4, rtol=0)
+
+
+def test_lower_dimensional_weights_are_one_layer_and_one_head() -> None:
+    weights = causal_weights(1, 1, 4, seed=3)
+    for given in (weights[0, 0], weights[0]):
+        data = stored(attention_explorer(given, list("abcd"), layer_names=["only"]))
+        assert data["layers"] == ["only"]
+        assert torch.tensor(data["weights"]).shape == (1, 1, 4, 4)
+
+
+def test_first_view_is_drawn_without_scripts() -> None:
+    """An untrusted notebook runs no script: the HTML itself shows layer 1, head 0, the
+    last token as the query."""
+    weights = causal_weights(2, 2, 5, seed=4)
+    html = attention_explorer(weights, list("abcde")).html
+    keys = html.split('class="ae-row ae-k"')[1].split("</div>")[0]
+    shown = dict(re.findall(r'data-weight="([0-9.]+)"[^>]*data-pos="(\d)"', keys))
+    shown = {int(pos): float(w) for w, pos in shown.items()}
+    expected = {j: round(w, 3) for j, w in enumerate(weights[0, 0, -1].tolist())}
+    assert shown == {j: w for j, w in expected.items() if w > 0}
+
+
+@pytest.mark.parametrize("args, kwargs, error, words", [
+    (([[0.5, 0.5]], ["a"]), {}, TypeError, "weights: expected a torch.Tensor"),
+    ((torch.ones(3), ["a", "b", "c"]), {}, ValueError, "(N, H, L, L)"),
+    ((torch.ones(1, 1, 1, 2, 3, 3), list("abc")), {}, ValueError, "(N, H, L, L)"),
+    ((torch.ones(2, 3), ["a", "b"]), {}, ValueError, "(N, H, L, L)"),
+    ((torch.ones(0, 0), []), {}, ValueError, "L > 0"),
+    ((torch.full((2, 2), float("nan")), ["a", "b"]), {}, ValueError, "finite"),
+    ((-torch.ones(2, 2), ["a", "b"]), {}, ValueError, "non-negative"),
+    ((torch.ones(2, 2) / 2, ["a"]), {}, ValueError, "tokens: expected a sequence of 2"),
+    ((torch.ones(2, 2) / 2, "ab"), {}, ValueError, "tokens: expected a sequence of 2"),
+    ((torch.ones(2, 1, 2, 2) / 2, ["a", "b"]), {"layer_names": ["x"]}, ValueError,
+     "layer_names: expected 2 names"),
+    ((torch.ones(2, 2) / 2, ["a", "b"]), {"digits": 0}, ValueError, "digits"),
+    ((torch.ones(2, 2) / 2, ["a", "b"]), {"digits": True}, ValueError, "digits"),
+])
+def test_bad_input_is_refused(args, kwargs, error, words) -> None:  # noqa: ANN001
+    with pytest.raises(error, match=re.escape(words)):
+        attention_explorer(*args, **kwargs)
+
+
+def test_save_writes_a_page(tmp_path: Path) -> None:
+    explorer = attention_explorer(causal_weights(1, 2, 3, seed=5), list("xyz"))
+    page = tmp_path / "explorer.html"
+    explorer.save(page)
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and explorer.html in text
+
+
+# --- in Chromium, offline ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture()
+def offline_page(browser):  # noqa: ANN001, ANN201
+    """A 1280 px page that may load local files only; yields (page, requests it tried
+    elsewhere, its JavaScript errors)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    blocked: list[str] = []
+    errors: list[str] = []
+
+    def local_only(route, request) -> None:  # noqa: ANN001
+        if request.url.startswith("file:"):
+            route.continue_()
+        else:
+            blocked.append(request.url)
+            route.abort("blockedbyclient")
+
+    context.route("**/*", local_only)
+    page = context.new_page()
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        yield page, blocked, errors
+    finally:
+        context.close()
+
+
+def shown_weights(root, side: str) -> list[float]:  # noqa: ANN001
+    """The data-weight of every token of one row (0 where nothing is highlighted)."""
+    return root.locator(f".ae-{side} .ae-tok").evaluate_all(
+        "els => els.map(e => +(e.getAttribute('data-weight') || 0))")
+
+
+def check_explorer(root, weights: torch.Tensor, page) -> int:  # noqa: ANN001
+    """Hover every query and focus every key (by keyboard: Tab from the previous
+    token), in every layer and head; compare what lights up with ``weights``
+    (N, H, L, L). Returns how many views were checked."""
+    layers, heads, length = weights.size(0), weights.size(1), weights.size(-1)
+    checked = 0
+    for layer in range(layers):
+        root.locator(".ae-layer").select_option(str(layer))
+        for head in range(heads):
+            root.locator(".ae-head").select_option(str(head))
+            for i in range(length):  # point at query i: the keys show row i
+                query = root.locator(f".ae-q .ae-tok[data-pos='{i}']")
+                query.hover()
+                assert "ae-active" in query.get_attribute("class")
+                torch.testing.assert_close(
+                    torch.tensor(shown_weights(root, "k"), dtype=torch.float64),
+                    weights[layer, head, i].double(),
+                    atol=0.6e-3, rtol=0, msg=f"layer {layer}, head {head}, query {i}")
+            root.locator(".ae-k .ae-tok[data-pos='0']").focus()
+            for j in range(length):  # focus key j: the queries show column j
+                if j:
+                    page.keyboard.press("Tab")
+                key = root.locator(f".ae-k .ae-tok[data-pos='{j}']")
+                assert key.evaluate("e => e === document.activeElement")
+                assert "ae-active" in key.get_attribute("class")
+                torch.testing.assert_close(
+                    torch.tensor(shown_weights(root, "q"), dtype=torch.float64),
+                    weights[layer, head, :, j].double(),
+                    atol=0.6e-3, rtol=0, msg=f"layer {layer}, head {head}, key {j}")
+                checked += 2
+            assert root.locator(".ae-status").text_content().startswith(
+                f"layer {layer + 1}, head {head}: key")
+    return checked
+
+
+@pytest.mark.browser
+def test_hover_and_focus_show_the_stored_weights(offline_page, tmp_path: Path) -> None:  # noqa: ANN001
+    page, blocked, errors = offline_page
+    first = causal_weights(2, 3, len(TOKENS), seed=6)
+    second = causal_weights(1, 2, 4, seed=7)
+    body = (attention_explorer(first, TOKENS).html
+            + attention_explorer(second, list("wxyz")).html)
+    path = tmp_path / "two.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{body}</body></html>", encoding="utf-8")
+    page.goto(path.as_uri())
+    roots = page.locator(".attention-explorer")
+    assert roots.count() == 2
+    # Each script ran once, on its own explorer.
+    assert roots.evaluate_all("els => els.map(e => e.getAttribute('data-ready'))") \
+        == ["1", "1"]
+    before = shown_weights(roots.nth(1), "k")
+    assert check_explorer(roots.nth(0), first, page) == 2 * 3 * 2 * len(TOKENS)
+    assert shown_weights(roots.nth(1), "k") == before, "one explorer changed the other"
+    assert check_explorer(roots.nth(1), second, page) == 1 * 2 * 2 * 4
+    assert errors == [] and blocked == []
+
+
+@pytest.mark.browser
+def test_chapter_15_explorer_in_the_built_book(offline_page, built_book: Path) -> None:  # noqa: ANN001
+    """The published page, opened from disk with the network blocked: its explorer
+    highlights the weights the page stores."""
+    page, blocked, errors = offline_page
+    page.goto((built_book / "book" / "15_attention_at_work.html").as_uri())
+    root = page.locator(".attention-explorer")
+    assert root.count() == 1
+    data = json.loads(root.locator(".ae-data").text_content())
+    weights = torch.tensor(data["weights"], dtype=torch.float64) / data["scale"]
+    assert weights.shape[0] == 2 and weights.shape[-1] == len(data["tokens"])
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1],
+                                                           dtype=torch.float64),
+                               atol=weights.shape[-1] * 0.5e-3, rtol=0)
+    assert check_explorer(root, weights, page) > 0
+    width = root.evaluate("e => e.getBoundingClientRect().width")
+    column = root.evaluate("e => e.parentElement.getBoundingClientRect().width")
+    assert width <= column + 1, "the explorer is wider than the book's column"
+    assert errors == [] or all("THEBE_JS_URL" in e for e in errors)
+    assert blocked == []
