@@ -32,10 +32,14 @@ def masked_softmax(scores: torch.Tensor,
     """Softmax over the last dim of ``scores`` ``(..., Lq, Lk)``, skipping
     masked keys.
 
-    ``mask``: bool (True = may attend) or float (added), broadcastable to
-    ``scores``. Fully masked rows give all-zero weights, never NaN.
-    Half-precision scores are normalised in float32 and returned in their
-    own dtype. Derived in chapter 7.
+    Fully masked rows give all-zero weights, never NaN. Half-precision
+    scores are normalised in float32 and returned in their own dtype.
+    Derived in chapter 7.
+
+    Args:
+        scores: Attention scores ``(..., Lq, Lk)``, floating point.
+        mask: bool (True = may attend) or float (added to the scores),
+            broadcastable to ``scores``; None attends everywhere.
     """
     _check_scores(scores)
     if mask is not None:
@@ -68,11 +72,18 @@ def scaled_dot_product_attention(
     """``softmax(Q K^T / sqrt(D)) V``, written out so the weights can be
     returned.
 
-    Shapes: query ``(..., Lq, D)``, key ``(..., Lk, D)``, value
-    ``(..., Lk, Dv)``; returns ``(output (..., Lq, Dv), weights
-    (..., Lq, Lk))``. ``dropout`` (e.g. an ``nn.Dropout``) is applied to the
-    weights before they average the values. ``scale`` defaults to
-    ``1 / sqrt(D)``. Derived in chapter 6.
+    Returns ``(output (..., Lq, Dv), weights (..., Lq, Lk))``. Derived in
+    chapter 6.
+
+    Args:
+        query: Queries ``(..., Lq, D)``.
+        key: Keys ``(..., Lk, D)``.
+        value: Values ``(..., Lk, Dv)``.
+        mask: bool (True = may attend) or float (added to the scores),
+            broadcastable to ``(..., Lq, Lk)``; None attends everywhere.
+        dropout: Applied to the weights before they average the values
+            (e.g. an ``nn.Dropout``); None for no dropout.
+        scale: Multiplies the scores; defaults to ``1 / sqrt(D)``.
     """
     _check_qkv(query, key, value)
     _check_options(mask, dropout, scale)
