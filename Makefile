@@ -34,9 +34,11 @@ help:
 
 # --- set-up -----------------------------------------------------------------------
 # Create the venv if missing, (re)install when requirements.txt or pyproject.toml change.
+# --no-compile: Python compiles what it imports on first use; compiling all of torch,
+# jupyterlab and the rest ahead took about a third of the install.
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -r requirements.txt
+	$(PY) -m pip install --no-compile -r requirements.txt
 	touch $@
 
 setup: $(STAMP)
