@@ -85,3 +85,17 @@ def _build_once(out: Path) -> Path:
     if not (html / "index.html").is_file():
         pytest.fail(f"book build produced no {html / 'index.html'}:\n{log}", pytrace=False)
     return html
+
+
+# --- scheduling under pytest-xdist (`make test` runs two workers, --dist loadscope) ---------
+# Each test module, and each notebook (whose cells share one kernel), runs whole on one
+# worker. The book build and the browser crawl that needs it are the longest chain of the
+# run (about two minutes), so they are handed out first, while the rest fill the workers.
+BOOK_CHAIN = ("tests/test_book.py", "tests/test_browser.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def first(item: pytest.Item) -> bool:
+        return Path(str(item.path)).relative_to(REPO).as_posix() not in BOOK_CHAIN
+
+    items.sort(key=first)  # stable: the chain first, the rest in their own order
