@@ -58,11 +58,11 @@ book: $(STAMP)
 	$(JB_BUILD)
 
 # One pytest run over everything, on two workers (pytest-xdist) with one thread each: each
-# notebook, and each test file, runs whole on one worker (--dist loadscope), the book build
-# and the browser crawl go first, and the two workers share one build (tests/conftest.py). (A second nbval run on ATEN_CPU_CAPABILITY=avx2 used to
+# notebook, and each test file, runs whole on one worker (--dist loadscope), in the order
+# tests/conftest.py sets (the book build first), and the two workers share one build. (A second nbval run on ATEN_CPU_CAPABILITY=avx2 used to
 # follow; AVX2 is this CPU's default kernel set, so it repeated the first run.)
 test: $(STAMP) chromium
-	OMP_NUM_THREADS=1 $(PYTEST) -n 2 --dist loadscope
+	OMP_NUM_THREADS=1 $(PYTEST) -n 2 --dist loadscope --no-loadscope-reorder
 
 execute: $(STAMP)
 	$(PY) tests/execute_notebooks.py $(NB)

@@ -87,15 +87,22 @@ def _build_once(out: Path) -> Path:
     return html
 
 
-# --- scheduling under pytest-xdist (`make test` runs two workers, --dist loadscope) ---------
+# --- scheduling under pytest-xdist (`make test`: two workers, --dist loadscope) -------------
 # Each test module, and each notebook (whose cells share one kernel), runs whole on one
-# worker. The book build and the browser crawl that needs it are the longest chain of the
-# run (about two minutes), so they are handed out first, while the rest fill the workers.
-BOOK_CHAIN = ("tests/test_book.py", "tests/test_browser.py")
+# worker, handed out in the order below (--no-loadscope-reorder). The book build and the
+# browser crawl that needs it are the longest chain of the run (about 90 s), so the build
+# goes first; two long notebooks keep the other worker busy until the build is done, and
+# then it takes the crawl. Short test files come last, so that both workers end together.
+FIRST = ("tests/test_book.py", "book/15_attention_at_work.ipynb",
+         "book/12_transformer_block.ipynb", "tests/test_browser.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def first(item: pytest.Item) -> bool:
-        return Path(str(item.path)).relative_to(REPO).as_posix() not in BOOK_CHAIN
+    def rank(item: pytest.Item) -> int:
+        path = Path(str(item.path)).relative_to(REPO).as_posix()
+        if path in FIRST:
+            return FIRST.index(path)
+        # then the notebooks (10-30 s each), and the many short test files fill the end
+        return len(FIRST) + (not path.endswith(".ipynb"))
 
-    items.sort(key=first)  # stable: the chain first, the rest in their own order
+    items.sort(key=rank)  # stable: within a file, and within each rank, the order stays
