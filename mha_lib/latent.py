@@ -14,14 +14,17 @@ then holds ``C + R`` numbers per token and layer, whatever ``H``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib.attention import scaled_dot_product_attention
 from mha_lib.cache import KVCache, LayerCache
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.mha import MultiHeadAttention, check_attention_mask
+from mha_lib.mha import (
+    MultiHeadAttention,
+    check_attention_mask,
+    fused_sdpa,
+)
 from mha_lib.rotary import apply_rotary
 
 __all__ = ["MultiHeadLatentAttention"]
@@ -204,19 +207,9 @@ class MultiHeadLatentAttention(nn.Module):
         if k.size(1) != q.size(1):  # one shared head: broadcast, no copy
             k = k.expand(-1, q.size(1), -1, -1)
             v = v.expand(-1, q.size(1), -1, -1)
-        if mask is None:
-            return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, scale=scale), None
         # Rows with nothing to attend to: zeros, as on the explicit path.
-        if mask.dtype == torch.bool:
-            empty = ~mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
-            mask = mask | empty
-        else:
-            empty = (mask == float("-inf")).all(dim=-1, keepdim=True)
-            mask = mask.masked_fill(empty, 0.0)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
-        return out.masked_fill(empty, 0.0), None  # (B, H, Lq, Dv)
+        out = fused_sdpa(q, k, v, mask, dropout_p, scale=scale)
+        return out, None  # (B, H, Lq, Dv)
 
     def _check_inputs(self, x: torch.Tensor, mask: torch.Tensor | None,
                       need_weights: bool, is_causal: bool,

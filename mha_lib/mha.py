@@ -177,22 +177,8 @@ class MultiHeadAttention(nn.Module):
         drop = self.attn_dropout
         dropout_p = drop.p if drop.training else 0.0
         gqa = self.num_kv_heads != self.num_heads  # no copies of K and V
-        if mask is None:
-            return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=is_causal,
-                enable_gqa=gqa)
-        # A query row that may attend nothing: let the kernel attend
-        # everything (finite numbers and gradients), then zero that row, as
-        # the explicit path does.
-        if mask.dtype == torch.bool:
-            empty = ~mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
-            mask = mask | empty
-        else:
-            empty = (mask == float("-inf")).all(dim=-1, keepdim=True)
-            mask = mask.masked_fill(empty, 0.0)
-        out = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, enable_gqa=gqa)
-        return out.masked_fill(empty, 0.0)  # (B, H, Lq, D)
+        return fused_sdpa(q, k, v, mask, dropout_p, is_causal=is_causal,
+                          enable_gqa=gqa)  # (B, H, Lq, D)
 
     @staticmethod
     def _causal(mask: torch.Tensor | None, q_len: int, k_len: int,
@@ -261,6 +247,33 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"dropout={self.dropout}")
+
+
+def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               mask: torch.Tensor | None, dropout_p: float = 0.0, *,
+               is_causal: bool = False, scale: float | None = None,
+               enable_gqa: bool = False) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` ``(..., Lq, Dv)``, except that a
+    query row that may attend nothing gets zeros, as on the explicit path.
+
+    The kernel is let attend everything on such a row (finite numbers and
+    gradients), and the row is zeroed afterwards. ``mask`` is bool (True =
+    may attend) or float (added to the scores).
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+            enable_gqa=enable_gqa)
+    if mask.dtype == torch.bool:
+        empty = ~mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+        mask = mask | empty
+    else:
+        empty = (mask == float("-inf")).all(dim=-1, keepdim=True)
+        mask = mask.masked_fill(empty, 0.0)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale,
+        enable_gqa=enable_gqa)
+    return out.masked_fill(empty, 0.0)  # (..., Lq, Dv)
 
 
 def check_attention_mask(mask: object, batch: int, num_heads: int,

@@ -98,6 +98,10 @@ def _check_inputs(x: object, positions: object, base: object,
     if positions.device != x.device:
         raise ValueError(f"positions: expected a tensor on {x.device} "
                          f"(x's), got one on {positions.device}")
+    _check_options(base, interleaved)
+
+
+def _check_options(base: object, interleaved: object) -> None:
     if isinstance(base, bool) or not isinstance(base, (int, float)) \
             or base <= 1:
         raise ValueError(f"base: expected a number > 1, got {base!r}")
@@ -139,12 +143,7 @@ class RotaryAttention(GroupedQueryAttention):
             raise ValueError(f"num_heads: expected head_dim = d_model / "
                              f"num_heads even (rotary pairs), got "
                              f"head_dim={self.head_dim}")
-        if isinstance(base, bool) or not isinstance(base, (int, float)) \
-                or base <= 1:
-            raise ValueError(f"base: expected a number > 1, got {base!r}")
-        if not isinstance(interleaved, bool):
-            raise TypeError(f"interleaved: expected a bool, "
-                            f"got {interleaved!r}")
+        _check_options(base, interleaved)
         self.base = float(base)
         self.interleaved = interleaved
 
