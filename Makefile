@@ -3,6 +3,7 @@
 #   make book      build the HTML book into _build/html (strict: zero warnings)
 #   make test      every check: notebooks (nbval), library, book build, browser
 #   make execute   re-run book/**/*.ipynb in place (after a library change); NB=path.ipynb for one
+#   make lab       add JupyterLab to .venv and open the chapters in it
 #   make lint      ruff over mha_lib and tests
 #   make clean     remove _build
 #
@@ -27,10 +28,10 @@ unexport MPLBACKEND
 JB_BUILD := $(BIN)/jupyter-book build . -W -n --keep-going --all
 PYTEST   := $(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: help setup book test execute lint clean chromium
+.PHONY: help setup book test execute lab lint clean chromium
 
 help:
-	@sed -n '3,8p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,9p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- set-up -----------------------------------------------------------------------
 # Create the venv if missing, (re)install when requirements.txt or pyproject.toml change.
@@ -66,6 +67,12 @@ test: $(STAMP) chromium
 
 execute: $(STAMP)
 	$(PY) tests/execute_notebooks.py $(NB)
+
+# JupyterLab is the readers' tool, not the tests': installed on demand, at the version of
+# requirements-notebooks.txt (the light set), so `make test` does not pay for it.
+lab: $(STAMP)
+	$(PY) -m pip install -q --no-compile "$$(grep '^jupyterlab==' requirements-notebooks.txt)"
+	$(BIN)/jupyter lab book/
 
 lint: $(STAMP)
 	$(BIN)/ruff check mha_lib tests

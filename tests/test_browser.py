@@ -247,16 +247,20 @@ def _is_known_harmless(message: str) -> bool:
     return any(known in message for known in KNOWN_HARMLESS_JS_ERRORS)
 
 
-def _visit(context, base: str, rel: str) -> PageReport:  # noqa: ANN001
+def _visit(page, base: str, rel: str) -> PageReport:  # noqa: ANN001
+    """Load `rel` in `page` (one tab serves the whole crawl: a new tab per page doubled the
+    crawl's time) and collect what the checks below need."""
     report = PageReport(rel)
-    page = context.new_page()
-    page.on("pageerror", lambda exc: report.js_errors.append(f"uncaught: {exc}"))
+
+    def on_error(exc) -> None:  # noqa: ANN001
+        report.js_errors.append(f"uncaught: {exc}")
 
     def on_console(msg) -> None:  # noqa: ANN001
         if msg.type == "error":
             where = msg.location.get("url", "") if msg.location else ""
             report.js_errors.append(f"console.error: {msg.text} [{where}]")
 
+    page.on("pageerror", on_error)
     page.on("console", on_console)
     try:
         page.goto(base + rel, wait_until="load")
@@ -272,7 +276,8 @@ def _visit(context, base: str, rel: str) -> PageReport:  # noqa: ANN001
         report.raw_tex = page.evaluate(VISIBLE_PROSE_TEXT_JS)
         report.overflow = page.evaluate(OVERFLOW_JS)
     finally:
-        page.close()
+        page.remove_listener("pageerror", on_error)
+        page.remove_listener("console", on_console)
     report.ids = set(facts["ids"])
     report.links = facts["links"]
     report.broken_images = facts["brokenImages"]
@@ -297,6 +302,7 @@ def site(server: str, browser_context, built_book: Path, toc_pages: list[str]) -
     )
     queue = ["index.html"] + [f"{name}.html" for name in toc_pages] + every_html
     reports: dict[str, PageReport] = {}
+    page = browser_context.new_page()
     while queue:
         rel = queue.pop(0)
         if rel in reports or not (built_book / rel).is_file():
@@ -306,11 +312,12 @@ def site(server: str, browser_context, built_book: Path, toc_pages: list[str]) -
             target = urljoin(server + rel, refresh.group(1))
             reports[rel] = report = PageReport(rel, redirect=True, links=[target])
         else:
-            reports[rel] = report = _visit(browser_context, server, rel)
+            reports[rel] = report = _visit(page, server, rel)
         for link in report.links:
             target = _html_path(urldefrag(link).url, server)
             if target and target.endswith(".html") and target not in reports:
                 queue.append(target)
+    page.close()
     return reports
 
 
