@@ -20,11 +20,7 @@ from mha_lib._checks import check_positive_int, check_tensor
 from mha_lib.attention import scaled_dot_product_attention
 from mha_lib.cache import KVCache, LayerCache
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.mha import (
-    MultiHeadAttention,
-    check_attention_mask,
-    fused_sdpa,
-)
+from mha_lib.mha import MultiHeadAttention, check_call_mask, fused_sdpa
 from mha_lib.rotary import apply_rotary
 
 __all__ = ["MultiHeadLatentAttention"]
@@ -223,16 +219,8 @@ class MultiHeadLatentAttention(nn.Module):
         layer = MultiHeadAttention._layer_cache(cache)
         q_len = x.size(1)
         k_len = q_len + (0 if layer is None else layer.kept)
-        if (layer is not None and q_len > 1 and mask is None
-                and not is_causal):
-            raise ValueError(
-                f"mask: expected is_causal=True (each new token sees the "
-                f"cache and the new tokens up to itself) or a mask of "
-                f"shape ({q_len}, {k_len}), got neither for a cached call "
-                f"with {q_len} new tokens")
-        if mask is not None:
-            check_attention_mask(mask, x.size(0), self.num_heads, q_len,
-                                 k_len, x)
+        check_call_mask(mask, is_causal, layer, x.size(0), self.num_heads,
+                        q_len, k_len, x)
         return layer
 
     def extra_repr(self) -> str:

@@ -217,16 +217,8 @@ class MultiHeadAttention(nn.Module):
         layer = self._layer_cache(cache)
         q_len = query.size(1)
         k_len = key.size(1) + (0 if layer is None else layer.kept)
-        if (layer is not None and q_len > 1 and mask is None
-                and not is_causal):
-            raise ValueError(
-                f"mask: expected is_causal=True (each new token sees the "
-                f"cache and the new tokens up to itself) or a mask of "
-                f"shape ({q_len}, {k_len}), got neither for a cached call "
-                f"with {q_len} new tokens")
-        if mask is not None:
-            check_attention_mask(mask, batch, self.num_heads, q_len,
-                                 k_len, query)
+        check_call_mask(mask, is_causal, layer, batch, self.num_heads,
+                        q_len, k_len, query)
         return layer
 
     @staticmethod
@@ -274,6 +266,23 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale,
         enable_gqa=enable_gqa)
     return out.masked_fill(empty, 0.0)  # (..., Lq, Dv)
+
+
+def check_call_mask(mask: object, is_causal: bool,
+                    layer: LayerCache | None, batch: int, num_heads: int,
+                    q_len: int, k_len: int, query: torch.Tensor) -> None:
+    """A module call's mask: :func:`check_attention_mask`, and a cached call
+    with more than one new token needs ``mask`` or ``is_causal=True``
+    (attending every key would let a new token see the ones after it)."""
+    if (layer is not None and q_len > 1 and mask is None
+            and not is_causal):
+        raise ValueError(
+            f"mask: expected is_causal=True (each new token sees the "
+            f"cache and the new tokens up to itself) or a mask of "
+            f"shape ({q_len}, {k_len}), got neither for a cached call "
+            f"with {q_len} new tokens")
+    if mask is not None:
+        check_attention_mask(mask, batch, num_heads, q_len, k_len, query)
 
 
 def check_attention_mask(mask: object, batch: int, num_heads: int,
