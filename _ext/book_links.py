@@ -12,13 +12,26 @@
 3. A BibTeX title may hold TeX math (``{$O(n^2)$}``); pybtex writes it as plain text with
    its dollars. After sphinxcontrib-bibtex has built the bibliography, ``$...$`` in a
    citation becomes a math node, which MathJax typesets.
+4. The notebooks are stored in plain Markdown that reads well in every front end
+   (``notebook_forms.py``); at ``source-read`` each becomes the book's form (exercises,
+   solutions and citations as MyST), stamped with the build's repository.
+5. The repository is one setting (``notebook_forms.repository``): with one, the
+   repository button and the Colab and Binder launch buttons use it; with none, the book
+   has none of them. The ``.ipynb`` a reader downloads is the notebook made whole on its
+   own (``notebook_forms.standalone``).
+6. Citations read the same in the text and in the bibliography: author and year, in
+   parentheses in the text, ``(Vaswani et al., 2017)`` or ``Vaswani et al. (2017)``, and
+   as the bibliography's labels, ``[Vaswani et al., 2017]``; entries sorted by author.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+import notebook_forms as forms  # noqa: E402  (_ext/ is on sys.path during the build)
 import yaml
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -127,7 +140,111 @@ class CitationMath(SphinxPostTransform):
         typeset_citation_math(self.document)
 
 
+# --- 4. the book's form of a notebook ------------------------------------------------------
+
+def _chapter_of(app: Sphinx, docname: str) -> int | None:
+    numbers = {name: n for n, name in chapter_docnames(Path(app.confdir) / "_toc.yml").items()}
+    return numbers.get(docname)
+
+
+def _source_read(app: Sphinx, docname: str, source: list[str]) -> None:
+    if not str(app.env.doc2path(docname)).endswith(".ipynb"):
+        return
+    nb = nbformat.reads(source[0], as_version=4)
+    forms.stamp(nb, app.config.book_repository or None, _chapter_of(app, docname))
+    source[0] = nbformat.writes(forms.to_myst(nb))
+
+
+# --- 5. one repository setting ---------------------------------------------------------------
+
+def _config_inited(app: Sphinx, config: object) -> None:
+    repo = forms.repository()
+    config.book_repository = repo or ""
+    options = dict(config.html_theme_options or {})
+    for key in ("repository_url", "repository_branch", "path_to_docs", "launch_buttons",
+                "use_repository_button", "use_issues_button", "use_edit_page_button"):
+        options.pop(key, None)
+    if repo:
+        options.update(repository_url=repo, repository_branch="main", path_to_docs="",
+                       use_repository_button=True, launch_buttons={
+                           "notebook_interface": "classic",
+                           "binderhub_url": "https://mybinder.org",
+                           "colab_url": "https://colab.research.google.com"})
+    else:
+        options.update(use_repository_button=False, launch_buttons={})
+    config.html_theme_options = options
+
+
+def _write_downloads(app: Sphinx, exception: Exception | None) -> None:
+    """Replace each ``_sources/*.ipynb`` by the notebook made whole on its own."""
+    if exception is not None or app.builder.format != "html":
+        return
+    repo = app.config.book_repository or None
+    for docname in app.env.found_docs:
+        path = Path(app.env.doc2path(docname))
+        target = Path(app.outdir) / "_sources" / (docname + ".ipynb")
+        if path.suffix != ".ipynb" or not target.exists():
+            continue
+        nb = nbformat.read(path, as_version=4)
+        nbformat.write(forms.standalone(nb, repo, _chapter_of(app, docname)), target)
+
+
+# --- 6. author-year citations on both sides --------------------------------------------------
+
+def _register_citation_styles() -> None:
+    import pybtex.plugin
+    import sphinxcontrib.bibtex.plugin
+    from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+    from pybtex.style.labels import BaseLabelStyle
+    from sphinxcontrib.bibtex.style.referencing import BracketStyle
+    from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
+
+    def round_brackets() -> BracketStyle:
+        return BracketStyle(left="(", right=")", sep="; ", sep2="; ", last_sep="; ")
+
+    @dataclass
+    class RoundAuthorYear(AuthorYearReferenceStyle):
+        """``(Vaswani et al., 2017)``, ``Vaswani et al. (2017)``; several joined by "; "."""
+
+        bracket_parenthetical: BracketStyle = field(default_factory=round_brackets)
+        bracket_textual: BracketStyle = field(default_factory=round_brackets)
+
+    class AuthorYearLabels(BaseLabelStyle):
+        def format_labels(self, sorted_entries):  # noqa: ANN001, ANN202
+            for entry in sorted_entries:
+                yield author_year_label(entry)
+
+    class AuthorYearStyle(UnsrtStyle):
+        default_label_style = "author_year"
+        default_sorting_style = "author_year_title"
+
+    pybtex.plugin.register_plugin("pybtex.style.labels", "author_year", AuthorYearLabels,
+                                  force=True)
+    pybtex.plugin.register_plugin("pybtex.style.formatting", "author_year", AuthorYearStyle,
+                                  force=True)
+    sphinxcontrib.bibtex.plugin.register_plugin("sphinxcontrib.bibtex.style.referencing",
+                                                "author_year_round", RoundAuthorYear,
+                                                force=True)
+
+
+def author_year_label(entry: object) -> str:
+    """``Vaswani et al., 2017``: the first author's last name, ``and`` the second's for
+    two, ``et al.`` for more; TeX braces dropped."""
+    persons = entry.persons.get("author") or entry.persons.get("editor") or []
+    last = [re.sub(r"[{}]", "", " ".join(p.last_names)) for p in persons]
+    if len(last) > 2:
+        names = f"{last[0]} et al."
+    else:
+        names = " and ".join(last)
+    return f"{names}, {entry.fields.get('year', '')}"
+
+
 def setup(app: Sphinx) -> dict:
+    _register_citation_styles()
+    app.add_config_value("book_repository", "", "env")
+    app.connect("config-inited", _config_inited)
+    app.connect("source-read", _source_read)
+    app.connect("build-finished", _write_downloads)
     app.connect("autodoc-process-docstring", _process_docstring)
     app.connect("doctree-read", _doctree_read)
     app.add_post_transform(CitationMath)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from bs4 import BeautifulSoup  # ships with the book's theme (pydata-sphinx-theme)
 
 import mha_lib
@@ -138,50 +137,78 @@ def test_api_page_has_no_unrendered_directives(api_soup: BeautifulSoup) -> None:
 
 # --- launch and download buttons ----------------------------------------------------------
 
-def _config() -> dict:
-    return yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
-
-
 def _notebook_pages(toc_pages: list[str]) -> list[str]:
     return [n for n in toc_pages if (src := source_of(n)) is not None and src.suffix == ".ipynb"]
 
 
-def test_launch_buttons_point_at_repository_url(built_book: Path, toc_pages: list[str]) -> None:
-    """Every notebook page has Colab and Binder buttons and a .ipynb download, all built from
-    repository.url (+ branch) in _config.yml; no page links another repository."""
-    config = _config()
-    repo_url = config["repository"]["url"].rstrip("/")
-    branch = config["repository"].get("branch", "main")
-    owner_repo = repo_url.removeprefix("https://github.com/")
-    book_path = (config["repository"].get("path_to_book") or "").strip("/")
-    colab = config["launch_buttons"]["colab_url"].rstrip("/")
-    binder = config["launch_buttons"]["binderhub_url"].rstrip("/")
+PLACEHOLDERS = re.compile(r"your-org|mha-step-by-step|owner/name|example-owner",
+                          re.IGNORECASE)
+LAUNCH_HOSTS = ("github.com/", "colab.research", "mybinder", "binder")
+
+
+def test_unpublished_book_has_no_repository_or_launch_links(
+        built_book: Path, toc_pages: list[str]) -> None:
+    """With no repository set, no page links a repository, Colab or Binder, nor any
+    placeholder; every notebook page still offers its .ipynb, made whole on its own."""
     pages = _notebook_pages(toc_pages)
-    assert len(pages) >= 11, f"expected the chapter notebooks among {toc_pages}"
+    assert len(pages) >= 18, f"expected the chapter notebooks among {toc_pages}"
     problems = []
-    for name in pages:
-        in_repo = f"{book_path}/{name}.ipynb" if book_path else f"{name}.ipynb"
+    for name in toc_pages:
+        html = (built_book / f"{name}.html").read_text(encoding="utf-8")
+        if PLACEHOLDERS.search(html):
+            problems.append(f"{name}.html: a placeholder: {PLACEHOLDERS.search(html).group(0)}")
         soup = _soup(built_book / f"{name}.html")
+        for a in soup.select(".article-header-buttons a[href], .header-article-items a[href]"):
+            if any(host in a["href"] for host in LAUNCH_HOSTS):
+                problems.append(f"{name}.html: a launch/repository button: {a['href']}")
+    for name in pages:
+        soup = _soup(built_book / f"{name}.html")
+        downloads = [a["href"] for a in soup.select("a.btn-download-source-button[href]")]
+        if not any(d.endswith(f"_sources/{name}.ipynb") for d in downloads):
+            problems.append(f"{name}.html: no .ipynb download button (found {downloads})")
+            continue
+        built = (built_book / "_sources" / f"{name}.ipynb").read_text(encoding="utf-8")
+        if PLACEHOLDERS.search(built) or '"repository": ""' not in built:
+            problems.append(f"{name}.ipynb: the download is not the unpublished notebook")
+    assert not problems, "\n".join(problems)
+
+
+def test_placeholder_check_finds_a_planted_placeholder() -> None:
+    assert PLACEHOLDERS.search('<a href="https://github.com/your-org/mha-step-by-step">')
+    assert not PLACEHOLDERS.search('<a href="https://github.com/torvalds/linux">')
+
+
+def test_published_book_links_its_repository(published_book: Path) -> None:
+    """With BOOK_REPOSITORY set, every notebook page has the repository, Colab and Binder
+    buttons for it, no link to any other repository, and a download whose set-up cell and
+    links point at it and at the published book."""
+    from tests.conftest import PUBLISHED_PAGES, PUBLISHED_REPOSITORY
+    owner_repo = PUBLISHED_REPOSITORY.removeprefix("https://github.com/")
+    problems = []
+    for name in PUBLISHED_PAGES[1:]:
+        soup = _soup(published_book / f"{name}.html")
         hrefs = [a["href"] for a in soup.select("a[href]")]
         want = {
-            "Colab": f"{colab}/github/{owner_repo}/blob/{branch}/{in_repo}",
-            "Binder": f"{binder}/v2/gh/{owner_repo}/{branch}?urlpath=tree/{in_repo}",
-            "repository": repo_url,
+            "Colab": f"https://colab.research.google.com/github/{owner_repo}/blob/main/"
+                     f"{name}.ipynb",
+            "Binder": f"https://mybinder.org/v2/gh/{owner_repo}/main?urlpath=tree/{name}.ipynb",
+            "repository": PUBLISHED_REPOSITORY,
         }
         for what, url in want.items():
             if url not in hrefs:
                 problems.append(f"{name}.html: no {what} button to {url}")
         for href in hrefs:
-            if ("github.com/" in href or "colab.research" in href or "mybinder" in href) \
-                    and owner_repo not in href:
+            if any(h in href for h in LAUNCH_HOSTS[:3]) and owner_repo not in href \
+                    and "github.com/" in href and "/blob/" in href:
                 problems.append(f"{name}.html: launch/repository link elsewhere: {href}")
-        downloads = [a["href"] for a in soup.select("a.btn-download-source-button[href]")]
-        if not any(d.endswith(f"_sources/{name}.ipynb") for d in downloads):
-            problems.append(f"{name}.html: no .ipynb download button (found {downloads})")
-        else:
-            built = built_book / "_sources" / f"{name}.ipynb"
-            if not built.is_file() or built.read_bytes() != source_of(name).read_bytes():
-                problems.append(f"{name}.html: the downloadable .ipynb is not {name}.ipynb")
+        download = (published_book / "_sources" / f"{name}.ipynb").read_text(encoding="utf-8")
+        if f'REPOSITORY = \\"{PUBLISHED_REPOSITORY}\\"' not in download:
+            problems.append(f"{name}.ipynb: the download's set-up cell does not install from "
+                            f"{PUBLISHED_REPOSITORY}")
+        if "your-org" in download:
+            problems.append(f"{name}.ipynb: a placeholder in the download")
+    intro = (published_book / "book" / "intro.html").read_text(encoding="utf-8")
+    assert "your-org" not in intro
     assert not problems, "\n".join(problems)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import re
 import threading
 from collections.abc import Iterator
@@ -25,15 +24,12 @@ from urllib.parse import unquote, urldefrag, urljoin, urlsplit
 
 import pytest
 
+from tests import chromium
+
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOT = REPO / "_build" / "screenshots" / "chapter1.png"
-LAUNCH_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
 # Jupyter Book's index.html is only a <meta http-equiv="Refresh"> to the root page.
 META_REFRESH = re.compile(
@@ -43,16 +39,6 @@ META_REFRESH = re.compile(
 MATHJAX_TIMEOUT_MS = 30_000
 SEARCH_TIMEOUT_MS = 30_000
 
-# JavaScript errors known to be harmless, as substrings of the message. Each needs a reason.
-KNOWN_HARMLESS_JS_ERRORS: dict[str, str] = {
-    # Sphinx 7.4 writes inline scripts that extensions add after Builder.init() twice (once
-    # as filename None, once as ""; see sphinx/builders/html/__init__.py prepare_writing).
-    # sphinx-thebe's inline `const THEBE_JS_URL = ...` line is one of them, so the second,
-    # identical copy throws a SyntaxError. The first copy already set the same values, and
-    # thebe is not enabled (launch_buttons.thebe is off), so nothing on the page breaks.
-    "Identifier 'THEBE_JS_URL' has already been declared":
-        "duplicate sphinx-thebe inline config script (Sphinx 7.4 asset bug)",
-}
 
 # Hidden/code text is not prose: raw TeX there is intended (e.g. a code cell printing "$$").
 # Flagged in visible prose: $$, \( \) \[ \], \begin{, a $...$ pair around non-blank text,
@@ -157,7 +143,6 @@ class PageReport:
     path: str  # relative to the html root, e.g. "book/intro.html"
     redirect: bool = False  # a meta-refresh stub: only its target link is checked
     js_errors: list[str] = field(default_factory=list)
-    harmless_js_errors: list[str] = field(default_factory=list)
     broken_images: list[str] = field(default_factory=list)
     image_count: int = 0
     mathjax_scripts: list[str] = field(default_factory=list)
@@ -197,18 +182,10 @@ def blocked_requests() -> list[str]:
     return []
 
 
-def _under_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _chromium_available() -> None:
     """Autouse + session scope: checked before the (session-scoped) book build."""
-    if not CHROMIUM.exists():
-        reason = f"{CHROMIUM} is missing (make test installs it: apt-get install chromium)"
-        if _under_ci():
-            pytest.fail(f"browser tests cannot run under CI: {reason}", pytrace=False)
-        pytest.skip(reason)
+    chromium.require()
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +193,7 @@ def browser_context(blocked_requests: list[str]) -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+        browser = chromium.launch(pw)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         context.set_default_timeout(30_000)
 
@@ -241,10 +218,6 @@ def _html_path(url: str, base: str) -> str | None:
         return None
     path = unquote(urlsplit(url).path)[len(urlsplit(base).path):]
     return path + "index.html" if path == "" or path.endswith("/") else path
-
-
-def _is_known_harmless(message: str) -> bool:
-    return any(known in message for known in KNOWN_HARMLESS_JS_ERRORS)
 
 
 def _visit(page, base: str, rel: str) -> PageReport:  # noqa: ANN001
@@ -287,8 +260,6 @@ def _visit(page, base: str, rel: str) -> PageReport:  # noqa: ANN001
     report.mjx_count = facts["mjxCount"]
     report.unrendered_math = facts["unrendered"]
     report.math_errors = facts["merrors"]
-    report.harmless_js_errors = [e for e in report.js_errors if _is_known_harmless(e)]
-    report.js_errors = [e for e in report.js_errors if not _is_known_harmless(e)]
     return report
 
 
@@ -336,13 +307,6 @@ def test_every_toc_page_was_checked(site: dict, toc_pages: list[str]) -> None:
 def test_no_javascript_errors(site: dict) -> None:
     _fail_if([f"{r.path}: {e}" for r in site.values() for e in r.js_errors],
              "JavaScript errors (uncaught exceptions or console.error)")
-
-
-def test_known_harmless_js_errors_still_occur(site: dict) -> None:
-    """An allow-list entry that no page triggers any more is removed, so it can hide nothing."""
-    seen = [e for r in site.values() for e in r.harmless_js_errors]
-    stale = [k for k in KNOWN_HARMLESS_JS_ERRORS if not any(k in e for e in seen)]
-    _fail_if(stale, "KNOWN_HARMLESS_JS_ERRORS entries that no page triggers (remove them)")
 
 
 def test_no_requests_leave_the_machine(site: dict, blocked_requests: list[str]) -> None:

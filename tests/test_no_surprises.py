@@ -13,9 +13,11 @@ Scanned: ``mha_lib/**/*.py``, ``tests/*.py`` and every code cell of ``book/**/*.
 * shell commands that fetch: ``wget``, ``curl``, ``pip install``, ``git clone``, ``git+``
   URLs, in strings (e.g. for ``subprocess``) or in ``!`` / ``%`` lines.
 
-Anything legitimate is listed in ``ALLOWED`` below with the reason, or is the one pattern
-allowed by rule: code inside ``if "google.colab" in sys.modules:`` in a notebook (the cell
-that installs ``mha_lib`` on Colab; it does nothing anywhere else).
+Anything legitimate is listed in ``ALLOWED`` below with the reason, or is one of two
+patterns allowed by rule: code inside ``if "google.colab" in sys.modules:`` in a notebook
+(the set-up cell that installs ``mha_lib`` on Colab; it does nothing anywhere else), and
+the text of an exception being raised (advice such as "pip install ..." in the set-up
+cell's ``ModuleNotFoundError``, which runs nothing).
 """
 
 from __future__ import annotations
@@ -46,20 +48,13 @@ FETCH = {  # name -> regex; "pip install" also as list items: "pip", "install"
 ALLOWED = {
     ("tests/test_browser.py", "import http.server"):
         "a loopback-only static file server (127.0.0.1, port 0) for the built HTML",
-    ("tests/colab_cell.py", "shell: pip install"):
-        "writes the Colab install cell into the notebooks (pip install git+<repo> under "
-        "`if \"google.colab\" in sys.modules:`); it runs nothing itself",
-    ("tests/colab_cell.py", "shell: git+"):
-        "the same Colab cell's `git+<repository.url>`",
-    ("tests/test_notebooks.py", "shell: pip install"):
-        "asserts the Colab cell's pip command with subprocess.run mocked; nothing runs",
-    ("tests/test_notebooks.py", "shell: git+"):
-        "reads the Colab cell's git+ URL from its syntax tree; nothing runs",
-    ("tests/front_matter.py", "shell: pip install"):
-        "writes the install note (Markdown text) under each notebook's title; it runs "
-        "nothing itself",
-    ("tests/front_matter.py", "shell: git+"):
-        "the same install note's `git+$URL`",
+    ("tests/test_notebook_forms.py", "shell: pip install"):
+        "asserts the set-up cell's advice text and, with subprocess.run mocked, its Colab "
+        "pip command; nothing runs",
+    ("tests/test_notebook_forms.py", "shell: git+"):
+        "the same set-up cell's `git+<repository>` in those assertions",
+    ("tests/test_notebook_forms.py", "def test_a_download_links_to_the_published_book"):
+        "checks the links of the book's 'download .ipynb' copies; downloads nothing",
     ("tests/test_book.py", "name downloads"):
         "the built HTML's 'download .ipynb' buttons (local files under _build)",
 }
@@ -122,7 +117,7 @@ def scan_python(source: str, *, notebook: bool = False) -> list[tuple[int, str]]
     findings: list[tuple[int, str]] = []
 
     def visit(node: ast.AST, guarded: bool) -> None:
-        guarded = guarded or (notebook and _is_colab_guard(node))
+        guarded = guarded or (notebook and _is_colab_guard(node)) or isinstance(node, ast.Raise)
         line = getattr(node, "lineno", 0)
         hits: list[str] = []
         if isinstance(node, ast.Import):
@@ -250,6 +245,7 @@ NOT_CAUGHT = [
     'if "google.colab" in sys.modules:\n'
     '    subprocess.run([sys.executable, "-m", "pip", "install", "git+https://x/y"])',
     'if "google.colab" in sys.modules:\n    !pip install git+https://x/y',
+    'raise ModuleNotFoundError("install it: pip install -e .")',  # advice, runs nothing
 ]
 
 
