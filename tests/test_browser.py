@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import posixpath
 import re
 import threading
 from collections.abc import Iterator
@@ -91,6 +92,17 @@ async () => {
 }
 """
 
+# Every image in the article: where it comes from, its natural and rendered widths, and
+# whether it is a notebook's output (a figure the code drew) or a diagram/strip.
+FIGURES_JS = r"""
+() => Array.from(document.querySelectorAll("article img")).map(img => ({
+  src: img.getAttribute("src") || "",
+  natural: img.naturalWidth,
+  rendered: img.getBoundingClientRect().width,
+  output: !!img.closest(".cell_output, .output"),
+}))
+"""
+
 
 # Everything readers scroll past must fit the article column at 1280 px: code cells,
 # outputs (text and images), tables and display equations. Run after the page facts: it
@@ -155,6 +167,7 @@ class PageReport:
     ids: set[str] = field(default_factory=set)
     links: list[str] = field(default_factory=list)
     overflow: list[dict] = field(default_factory=list)
+    figures: list[dict] = field(default_factory=list)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -248,6 +261,7 @@ def _visit(page, base: str, rel: str) -> PageReport:  # noqa: ANN001
         facts = page.evaluate(PAGE_FACTS_JS)
         report.raw_tex = page.evaluate(VISIBLE_PROSE_TEXT_JS)
         report.overflow = page.evaluate(OVERFLOW_JS)
+        report.figures = page.evaluate(FIGURES_JS)
     finally:
         page.remove_listener("pageerror", on_error)
         page.remove_listener("console", on_console)
@@ -399,6 +413,57 @@ def test_notebook_figures_are_on_the_page(site: dict, toc_pages: list[str]) -> N
                 for name, _, images, report in _pages_with_sources(site, toc_pages)
                 if report.image_count < images]
     _fail_if(problems, "figures missing from pages")
+
+
+def _svg_min_font(path: Path) -> tuple[float, float]:
+    """(smallest font size, view-box width) of an SVG file, in its own units."""
+    text = path.read_text(encoding="utf-8")
+    sizes = [float(v) for v in re.findall(r'font-size[=:]\s*"?([\d.]+)', text)]
+    box = re.search(r'viewBox="[\d.\s-]+?\s([\d.]+)\s[\d.]+"', text)
+    width = float(box.group(1)) if box else float(re.search(r'width="([\d.]+)', text).group(1))
+    return (min(sizes) if sizes else float("inf")), width
+
+
+def figure_problems(site: dict, built_book: Path) -> list[str]:
+    """Every figure's smallest label as displayed, in CSS px (at least 10): for an SVG,
+    its smallest font size times its rendered width over its view box; for a notebook's
+    PNG, the book style's smallest font (MIN_FONT_PT at 100 dpi) times rendered width over
+    natural width."""
+    from mha_lib.viz import MIN_FONT_PT
+    png_font = MIN_FONT_PT * 100 / 72  # px in the image
+    problems = []
+    for r in site.values():
+        for fig in r.figures:
+            if not fig["natural"] or not fig["rendered"]:
+                continue
+            if fig["src"].split("?")[0].endswith(".svg"):
+                rel = posixpath.normpath(posixpath.join(posixpath.dirname(r.path),
+                                                        fig["src"].split("?")[0]))
+                font, width = _svg_min_font(built_book / rel)
+                shown = font * fig["rendered"] / width
+            elif fig["output"]:
+                shown = png_font * fig["rendered"] / fig["natural"]
+            else:
+                continue
+            if shown < 10:
+                problems.append(f"{r.path}: {fig['src'][-40:]} smallest label {shown:.1f} px "
+                                f"({fig['natural']} px wide, shown at {fig['rendered']:.0f})")
+    return problems
+
+
+def test_every_figure_label_is_at_least_10px(site: dict, built_book: Path) -> None:
+    _fail_if(figure_problems(site, built_book), "figures whose labels are shrunk below 10 px")
+
+
+def test_the_figure_check_catches_a_shrunk_figure(tmp_path: Path) -> None:
+    svg = tmp_path / "d.svg"
+    svg.write_text('<svg viewBox="0 0 750 200"><text font-size="12">a</text></svg>')
+    site = {"p.html": PageReport("p.html", figures=[
+        {"src": "d.svg", "natural": 750, "rendered": 500, "output": False},   # 8 px
+        {"src": "x.png", "natural": 1300, "rendered": 688, "output": True},   # 6.6 px
+        {"src": "y.png", "natural": 680, "rendered": 680, "output": True}])}  # 12.5 px
+    problems = figure_problems(site, tmp_path)
+    assert len(problems) == 2 and "d.svg" in problems[0] and "x.png" in problems[1], problems
 
 
 def test_every_image_loads(site: dict) -> None:
