@@ -201,11 +201,11 @@ def test_published_book_links_its_repository(published_book: Path) -> None:
             if any(h in href for h in LAUNCH_HOSTS[:3]) and owner_repo not in href \
                     and "github.com/" in href and "/blob/" in href:
                 problems.append(f"{name}.html: launch/repository link elsewhere: {href}")
-        download = (published_book / "_sources" / f"{name}.ipynb").read_text(encoding="utf-8")
-        if f'REPOSITORY = \\"{PUBLISHED_REPOSITORY}\\"' not in download:
+        copy = (published_book / "_sources" / f"{name}.ipynb").read_text(encoding="utf-8")
+        if f'REPOSITORY = \\"{PUBLISHED_REPOSITORY}\\"' not in copy:
             problems.append(f"{name}.ipynb: the download's set-up cell does not install from "
                             f"{PUBLISHED_REPOSITORY}")
-        if "your-org" in download:
+        if "your-org" in copy:
             problems.append(f"{name}.ipynb: a placeholder in the download")
     intro = (published_book / "book" / "intro.html").read_text(encoding="utf-8")
     assert "your-org" not in intro

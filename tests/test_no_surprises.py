@@ -55,6 +55,14 @@ ALLOWED = {
         "the same set-up cell's `git+<repository>` in those assertions",
     ("tests/test_notebook_forms.py", "def test_a_download_links_to_the_published_book"):
         "checks the links of the book's 'download .ipynb' copies; downloads nothing",
+    ("tests/test_install_files.py", "shell: pip install"):
+        "asserts the text of requirements-notebooks.txt's header (the CPU-only torch "
+        "command a reader runs); nothing runs",
+    ("tests/test_lone_notebook.py", "shell: pip install"):
+        "asserts the set-up cell's advice (`pip install -e ...`) in the error a lone "
+        "notebook raises; nothing is installed",
+    ("tests/test_lone_notebook.py", "shell: git+"):
+        "the same advice with a repository (`git+<repository>`)",
     ("tests/test_book.py", "name downloads"):
         "the built HTML's 'download .ipynb' buttons (local files under _build)",
 }
