@@ -278,7 +278,7 @@ def check_softmax_jacobian(
             lambda s: torch.softmax(s, dim=-1), scores)
         p = torch.softmax(scores, dim=-1)
         problem = check_tensor(
-            f"{call.label} for {scores.numel()} scores", call.value, want,
+            call.label, call.value, want,
             axes="(n, n)", atol=1e-6, rtol=1e-5, mistakes=[
                 (JACOBIAN["diagonal_only"], torch.diag(p)),
                 (JACOBIAN["diagonal_only"], torch.diag(p - p * p)),

@@ -186,6 +186,26 @@ def describe(value: object) -> str:
     return text if len(text) <= 30 else type(value).__name__
 
 
+def _described(fn: Callable, args: tuple, kwargs: dict) -> list[str]:
+    """The arguments of a call, tensors and modules named after the
+    reader's parameters: ``q (3, 4, 6, 2)``, ``num_heads=4``."""
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        names = []
+    parts = []
+    for i, value in enumerate(args):
+        name = names[i] if i < len(names) else None
+        text = describe(value)
+        if name and isinstance(value, (torch.Tensor, torch.nn.Module,
+                                       list, tuple)):
+            text = (name if isinstance(value, torch.nn.Module)
+                    else f"{name} {text}")
+        parts.append(text)
+    parts += [f"{k}={describe(v)}" for k, v in kwargs.items()]
+    return parts
+
+
 def _name(fn: object) -> str:
     name = getattr(fn, "__name__", "")
     return name if name.isidentifier() else "fn"
@@ -227,9 +247,8 @@ def attempt(
     by default their shapes), what it raised and, when ``explain`` maps
     it to a catalogued mistake, that mistake's hint.
     """
-    parts = [describe(a) for a in args]
-    parts += [f"{k}={describe(v)}" for k, v in kwargs.items()]
-    shown = ", ".join(parts) if shown is None else shown
+    if shown is None:
+        shown = ", ".join(_described(fn, args, kwargs))
     label = f"{_name(fn)}({shown})"
     result = Attempt(label)
     try:
@@ -238,7 +257,7 @@ def attempt(
     except Exception as error:  # the reader's code: report, do not crash
         result.error = error
         text = (f"your {label} raised {type(error).__name__}: "
-                f"{_first_line(error)}")
+                f"{_first_line(error).rstrip('.')}")
         mistake = explain(error, result.record) if explain else None
         if mistake is not None:
             text += f". {mistake.message}"
@@ -405,17 +424,21 @@ def check_tensor(
 
 
 def _far_words(given: float, expected: float) -> str:
-    if expected == 0:
-        return "should be zero"
-    ratio = given / expected
-    if ratio <= 0:
+    """How far off and in which direction, in bands too coarse to give
+    the expected number away."""
+    if expected == 0 or given / expected <= 0:
         return "has the wrong sign" if given else "should not be zero"
-    if ratio >= 1.5:
-        return f"is about {ratio:.3g} times too large"
-    if ratio <= 1 / 1.5:
-        return f"is about {1 / ratio:.3g} times too small"
-    percent = abs(ratio - 1) * 100
-    return (f"is {percent:.2g} % too {'large' if ratio > 1 else 'small'}")
+    ratio = given / expected
+    off = max(ratio, 1 / ratio)
+    way = "large" if ratio > 1 else "small"
+    for least, words in ((100, f"more than 100 times too {way}"),
+                         (10, f"10 to 100 times too {way}"),
+                         (2, f"2 to 10 times too {way}"),
+                         (1.1, f"too {way}, by 10 % to a factor of 2"),
+                         (1.01, f"too {way}, by 1 to 10 %")):
+        if off >= least:
+            return f"is {words}"
+    return f"is too {way}, by less than 1 %"
 
 
 def check_number(
