@@ -18,7 +18,7 @@ import math
 import re
 import textwrap
 import tokenize
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from numbers import Number
 
@@ -37,9 +37,7 @@ __all__ = [
     "check_tensor",
     "check_number",
     "check_calls",
-    "first_problem",
     "passed",
-    "refuse",
     "plain",
     "source_names",
     "MATMUL",
@@ -332,7 +330,14 @@ def _matches(given: torch.Tensor, candidate: Candidate, atol: float,
 
 
 def _index(flat: int, shape: torch.Size) -> list[int]:
-    return [int(i) for i in torch.unravel_index(torch.tensor(flat), shape)]
+    """The index of element ``flat`` of a row-major tensor of ``shape``
+    (torch.unravel_index costs seconds the first time: it imports
+    sympy)."""
+    index = []
+    for size in reversed(shape):
+        flat, i = divmod(flat, size)
+        index.append(i)
+    return index[::-1]
 
 
 def _how_far(given: torch.Tensor, expected: torch.Tensor, atol: float,
@@ -498,21 +503,3 @@ def check_calls(
 def passed(problem: Verdict | None, success: str) -> Verdict:
     """``Correct: success`` when there is no ``problem``, else it."""
     return Verdict(True, success) if problem is None else problem
-
-
-def first_problem(*verdicts: Verdict | None) -> Verdict | None:
-    """The first ``Not yet`` among ``verdicts``."""
-    for verdict in verdicts:
-        if verdict is not None and not verdict:
-            return verdict
-    return None
-
-
-def refuse(call: Attempt, forbidden: Mapping[Callable, Mistake]
-           ) -> Verdict | None:
-    """A ``Not yet`` when the call used a forbidden torch function."""
-    for func, mistake in forbidden.items():
-        if call.record.used(func):
-            return mistake.verdict(call.label)
-    return None
-
