@@ -3,7 +3,8 @@ exercise accepts right answers written in at least two styles, and every
 section a hint points at is a heading of that chapter's notebook.
 
 ``WRONG[checker][mistake]`` is a function that returns the arguments of
-the checker with that mistake planted (as a learner would write it);
+the checker with that mistake planted (as a learner would write it;
+``mistake/variant`` plants it another way);
 ``RIGHT[checker]`` lists such functions for right answers.
 """
 
@@ -1002,6 +1003,9 @@ WRONG = {
     "check_repeat_lens": {
         "tiled": lambda: (lambda v, h: v.repeat(h, *[1] * (v.dim() - 1)),),
         "copying": lambda: (lambda v, h: torch.repeat_interleave(v, h, dim=0),),
+        # concatenated copies: right numbers, but not indexing, expand or reshape
+        "copying/cat": lambda: (lambda v, h: torch.stack([v] * h, dim=1).reshape(
+            -1, *v.shape[1:]),),
         "head_axis_last": lambda: (lambda v, h: v[..., None].expand(*v.shape, h).reshape(
             -1, *v.shape[1:]),),
         "flattened": lambda: (lambda v, h: v.unsqueeze(1).expand(
@@ -1063,6 +1067,7 @@ WRONG = {
         "out_proj": lambda: (lambda m: my_to_torch(m, out=False),),
         "biases": lambda: (lambda m: my_to_torch(m, biases=False),),
         "batch_first": lambda: (lambda m: my_to_torch(m, batch_first=False),),
+        "library": lambda: (lambda m: mha_lib.to_torch_mha(m),),
     },
     "check_torch_masks": {
         "padding_polarity": lambda: (lambda n, length: (
@@ -1104,6 +1109,7 @@ WRONG = {
         "raw_key_value": lambda: (lambda b, x: pre_norm(b, x, "raw_kv"),),
         "no_activation": lambda: (lambda b, x: pre_norm(b, x, "no_activation"),),
         "pair": lambda: (lambda b, x: pre_norm(b, x, "pair"),),
+        "whole_block": lambda: (lambda b, x: b(x)[0],),
     },
     "check_score_flops": {
         "multiply_add_once": lambda: (lambda b, length, d, h: b * length ** 2 * d,),
@@ -1201,6 +1207,7 @@ WRONG = {
         "positions_ignored": lambda: (lambda x, p: rope_complex(x, p, how="ignored"),),
         "backwards": lambda: (lambda x, p: rope_complex(x, p, how="conj"),),
         "exponent_i": lambda: (lambda x, p: rope_complex(x, p, how="exponent_i"),),
+        "not_complex": lambda: (lambda x, p: apply_rotary(x, p, interleaved=True),),
     },
     "check_unturned_pairs": {
         "turned": lambda: (lambda d, b, n: d // 2 - unturned(d, b, n),),
@@ -1257,7 +1264,7 @@ def _check(checker: str, args: tuple):
 def test_every_checker_has_a_catalogue_and_every_mistake_a_planted_answer():
     checkers = {n for n in exercises.__all__ if n.startswith("check_")}
     assert set(CATALOGUE) == checkers
-    assert {c: set(m) for c, m in WRONG.items()} == {
+    assert {c: {n.split("/")[0] for n in m} for c, m in WRONG.items()} == {
         c: set(m) for c, m in CATALOGUE.items()}
     # at least three classic mistakes per exercise
     assert all(len(m) >= 3 for m in CATALOGUE.values())
@@ -1266,7 +1273,7 @@ def test_every_checker_has_a_catalogue_and_every_mistake_a_planted_answer():
 @pytest.mark.parametrize("checker, name", PLANTED, ids=[f"{c}-{n}" for c, n in PLANTED])
 def test_the_planted_mistake_is_refused_with_its_hint(checker, name):
     verdict = _check(checker, WRONG[checker][name]())
-    mistake = CATALOGUE[checker][name]
+    mistake = CATALOGUE[checker][name.split("/")[0]]
     assert not verdict, f"{checker} accepted the mistake {name!r}"
     assert mistake.message in verdict.message, verdict.message
     assert "Traceback" not in verdict.message

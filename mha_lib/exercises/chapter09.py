@@ -28,8 +28,9 @@ REPEAT = catalogue(
     tiled=("that is .repeat: the lengths cycle through the batch, but the "
            "folded rows are sample-major, row b*H + h is sentence b",
            _REPEAT),
-    copying=("the exercise builds it with indexing, expand or reshape, "
-             "without repeat_interleave, repeat or tile", _ONCE_PER_HEAD),
+    copying=("the exercise builds it with indexing, expand or reshape "
+             "only, without repeat_interleave, repeat, tile or "
+             "concatenated copies", _ONCE_PER_HEAD),
     head_axis_last=("for (B, Lq) lengths the head axis goes right after "
                     "the batch axis, not after Lq", _TWO_D),
     flattened=("2-D valid_lens keep their Lq axis: (B, Lq) -> (B*H, Lq)",
@@ -37,7 +38,9 @@ REPEAT = catalogue(
 )
 
 _COPIES = (torch.repeat_interleave, torch.Tensor.repeat_interleave,
-           torch.Tensor.repeat, torch.tile, torch.Tensor.tile)
+           torch.Tensor.repeat, torch.tile, torch.Tensor.tile, torch.cat,
+           torch.concat, torch.concatenate, torch.stack, torch.hstack,
+           torch.vstack)
 
 
 def check_repeat_lens(

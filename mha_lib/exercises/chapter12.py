@@ -86,7 +86,13 @@ PRE_NORM = catalogue(
                    "missing", "The feed-forward network"),
     pair=("return the block's output tensor only; block.attn(...) "
           "returns (output, weights): take [0]", _BLOCK),
+    whole_block=("that calls the block itself; the exercise writes the "
+                 "forward from its parts", _BLOCK),
 )
+
+
+def _seen(called: list, *_: object) -> None:
+    called.append(True)  # the block itself was called
 
 
 def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
@@ -141,9 +147,16 @@ def check_pre_norm(
         x = torch.randn(batch, length, d_model, generator=generator) * 3
         with torch.no_grad():
             expected, _ = block(x)
-            call = attempt(fn, block, x)
+            called: list = []
+            hook = block.register_forward_pre_hook(partial(_seen, called))
+            try:
+                call = attempt(fn, block, x)
+            finally:
+                hook.remove()
         if call.verdict is not None:
             return call.verdict
+        if called:
+            return PRE_NORM["whole_block"].verdict(call.label)
         if isinstance(call.value, tuple):
             return PRE_NORM["pair"].verdict(call.label)
         problem = check_tensor(

@@ -81,6 +81,9 @@ COMPLEX = catalogue(
     "check_rotary_complex", 16,
     halves=("that pairs the two halves (rotate half); the paper pairs "
             "adjacent features, (x_2i, x_2i+1)", _LAYOUTS),
+    not_complex=("the exercise multiplies complex numbers: "
+                 "torch.view_as_complex, torch.polar, torch.view_as_real",
+                 _PAIR),
     complex_result=("the result is complex: turn it back into real pairs "
                     "(torch.view_as_real, then flatten the last two dims)",
                     _LAYOUTS),
@@ -136,6 +139,9 @@ def check_rotary_complex(
             ])
         if problem is not None:
             return problem
+        if not call.record.used(torch.view_as_complex, torch.complex,
+                                torch.polar):
+            return COMPLEX["not_complex"].verdict(call.label)
     return Verdict(True, "(x_2i + i x_2i+1) e^{i m theta_i}: the same "
                          "numbers as apply_rotary(..., interleaved=True)")
 
