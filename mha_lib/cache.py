@@ -82,8 +82,9 @@ class KVCache:
     notebook cell run again) is another module, while a copy of the writer
     (``copy.deepcopy((model, cache))``, ``pickle``, ``torch.save``) is the
     same one and may go on. A cache pickles and deep-copies with its
-    contents; ``torch.load`` needs ``weights_only=False`` for it. Derived
-    in chapter 14.
+    contents, and ``torch.load(path, weights_only=True)`` reads a saved one
+    inside ``torch.serialization.safe_globals([KVCache])``. Derived in
+    chapter 14.
 
     Args:
         num_layers: How many attention layers the cache serves.
@@ -346,6 +347,23 @@ class KVCache:
                 f"{past_k.dtype} and device {past_k.device} (those in the "
                 f"cache), got shape {shape_str(key.shape)}, dtype "
                 f"{key.dtype} and device {key.device}")
+
+    def __getstate__(self) -> dict:
+        """Plain data, tensors, numbers and strings, for pickle, deepcopy
+        and ``torch.load(weights_only=True)`` (which then needs to allow
+        only ``KVCache`` itself)."""
+        state = dict(vars(self))
+        state["_layers"] = [dict(vars(s)) for s in self._layers]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        layers = []
+        for fields in state["_layers"]:
+            layer = _Layer()
+            vars(layer).update(fields)
+            layers.append(layer)
+        vars(self).update(state)
+        self._layers = layers
 
     def __repr__(self) -> str:
         window = "" if self.window is None else f", window={self.window}"
