@@ -78,10 +78,10 @@ class KVCache:
     ``KVCache`` whole. Each layer remembers the module that first wrote to
     it and refuses any other, so one cache cannot silently mix two
     modules' keys. The module is remembered by an id it carries
-    (:func:`writer_id`), not by a reference: a module built anew (a
-    notebook cell run again) is another module, while a copy of the writer
-    (``copy.deepcopy((model, cache))``, ``pickle``, ``torch.save``) is the
-    same one and may go on. A cache pickles and deep-copies with its
+    (``mha_lib.cache.writer_id``), not by a reference: a module built anew
+    (a notebook cell run again) is another module, while a copy of the
+    writer (``copy.deepcopy((model, cache))``, ``pickle``, ``torch.save``)
+    is the same one and may go on. A cache pickles and deep-copies with its
     contents, and ``torch.load(path, weights_only=True)`` reads a saved one
     inside ``torch.serialization.safe_globals([KVCache])``. Derived in
     chapter 14.
@@ -133,7 +133,7 @@ class KVCache:
     @property
     def keys(self) -> Sequence[torch.Tensor | None]:
         """Each layer's kept keys ``(B, H_kv, L, D)``, or None if empty: a
-        read-only tuple of views of the storage (see :meth:`reorder`)."""
+        read-only tuple of views of the storage (see ``reorder``)."""
         return ReadOnlyLayers(self._view(s.keys, s) for s in self._layers)
 
     @property
@@ -216,8 +216,8 @@ class KVCache:
         ``(B, H_kv, L + N, Dv)``.
 
         ``owner`` is the attention module calling (the first one to write a
-        layer owns it; another one gets a ``ValueError``; see
-        :func:`writer_id`).
+        layer owns it, it or a copy of it; another one gets a
+        ``ValueError``).
         """
         state = self._layers[self.layer(layer).index]
         self._claim(state, layer, owner)

@@ -26,7 +26,9 @@ __all__ = ["apply_rotary", "RotaryAttention", "rotary_angles"]
 def rotary_angles(positions: torch.Tensor, dim: int,
                   base: float = 10000.0,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The angles ``positions[l] * base ** (-2 i / dim)``, ``(L, D/2)``."""
+    """The angles ``positions[l] * base ** (-2 i / dim)``, ``(L, D/2)``, in
+    ``dtype``: float64 (as :func:`apply_rotary` computes them) keeps them
+    exact at any position, float32 rounds positions from ``2**24`` on."""
     # theta_i = base^(-2i/D), i = 0 .. D/2 - 1:
     exponents = torch.arange(0, dim, 2, device=positions.device,
                              dtype=dtype) / dim  # (D/2,)

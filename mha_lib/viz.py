@@ -245,7 +245,7 @@ def attention_explorer(
         max_weights: The most weights ``N * H * L * L`` to store; more
             are refused (the page grows with them, quadratically in
             ``L``): pass fewer layers, heads or tokens, or raise it.
-            Default :data:`MAX_WEIGHTS`, 1,000,000.
+            Default ``mha_lib.viz.MAX_WEIGHTS``, 1,000,000.
     """
     import html as html_lib
     import json
