@@ -76,8 +76,8 @@ def test_jupyterlab_with_myst_shows_no_raw_syntax(name: str, lab: str) -> None:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.route("**/*", lambda route, request: route.continue_()
                    if request.url.startswith((lab, "data:", "blob:")) else route.abort())
-        page.goto(f"{lab}/lab/tree/{name}")
-        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=90_000)
+        page.goto(f"{lab}/lab/tree/{name}?reset")  # a fresh workspace: this tab alone
+        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=240_000)
         page.wait_for_timeout(5000)  # kernels, renderers and images settle
         text = page.evaluate("() => document.querySelector('.jp-Notebook').innerText")
         images = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook img')]"
