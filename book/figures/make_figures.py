@@ -47,8 +47,9 @@ GREEN = "#dcfce7"
 GREEN_EDGE = "#15803d"
 FADED = "#9ca3af"      # text of what is no longer read
 # The smallest font size, sub- and superscripts included, in view-box units: the view box
-# is shown 688 px wide in the book's column at a 1280 px window, so 11 units are 10.1 px.
-MIN_FONT = 11
+# is shown 688 px wide in the column at a 1280 px window (672 px in a captioned figure),
+# so 11.2 units are 10.3 px (10.0 px).
+MIN_FONT = 11.2
 
 
 # --- the running example, through mha_lib -------------------------------------------------
@@ -662,8 +663,9 @@ def tiling(r: OnlineSoftmax) -> Svg:
              anchor="start")
     svg.text(x0, ty + 160, "this row (equal within 1e-6)", size=13, anchor="start")
     svg.line(12, 486, WIDTH - 12, 486, arrow=False, stroke=BOX_EDGE, width=1)
-    svg.text(WIDTH / 2, 508, f"At L = 1,000, blocks of 128: 16,384 scores per tile, not "
-             f"1,000,000; a causal mask computes {big_causal} of {big_tiles} tiles.",
+    svg.text(WIDTH / 2, 508, f"At L = 1,000, blocks of 128: {128 * 128:,} scores per tile, "
+             f"not {1000 * 1000:,}; a causal mask computes {big_causal} of {big_tiles} "
+             "tiles.",
              size=13, fill=MUTED)
     return svg
 
@@ -877,13 +879,13 @@ def gqa(groups: list[Grouping]) -> Svg:
                 svg.line(qx[h] + qw / 2, 94, kx + kv_w / 2, 138, arrow=False,
                          stroke=edge, width=1.6)
         svg.text(mid, 210, f"k_proj, v_proj: {g.kv_proj[1]} \u2192 {g.kv_proj[0]}",
-                 size=13, family=SANS)
-        svg.text(mid, 230, f"cache {fmt(g.cache)}", size=13, family=MONO, fill=MUTED)
-        svg.text(mid, 250, f"{g.per_token} numbers per token", size=13, weight="bold")
+                 size=13.5)
+        svg.text(mid, 230, f"cache {fmt(g.cache)}", size=13.5, family=MONO, fill=MUTED)
+        svg.text(mid, 251, f"{g.per_token} numbers per token", size=14, weight="bold")
         if p:
             svg.line(x0, 12, x0, 258, arrow=False, stroke=BOX_EDGE, width=1, dash="5 4")
     svg.text(WIDTH / 2, 284, "query head h reads key/value head \u230ah / g\u230b; "
-             "g = H / H_{kv} query heads share one key/value head", size=13, fill=MUTED)
+             "g = H / H_{kv} query heads share one key/value head", size=13.5, fill=MUTED)
     return svg
 
 
@@ -1125,17 +1127,17 @@ def window_cache(w: WindowPicture) -> Svg:
         "full it copies the kept positions to the front. " + "; ".join(steps) + ". Right, "
         f"for comparison: Mistral's rolling buffer of W = {W} slots, where position i "
         "goes to slot i mod W and overwrites the oldest in place.")
-    svg = Svg(330, f"A sliding window of W = {W} and the cache that serves it", desc)
+    svg = Svg(388, f"A sliding window of W = {W} and the cache that serves it", desc)
     svg.text(WIDTH / 2, 24, f"A sliding window, W = {W}, on the running example "
              f"(L = {L})", size=15, weight="bold")
     # Left: the mask.
-    gx, gy, cell = 76, 84, 26
-    svg.text(gx + L * cell / 2, 56, "key j", size=13, fill=MUTED)
+    gx, gy, cell = 70, 96, 30
+    svg.text(gx + L * cell / 2, 68, "key j", size=13.5, fill=MUTED)
     for j in range(L):
-        svg.text(gx + (j + 0.5) * cell, 76, str(j), size=12.5, fill=MUTED)
-    svg.text(gx - 8, gy - 8, "query p", size=13, fill=MUTED, anchor="end")
+        svg.text(gx + (j + 0.5) * cell, 89, str(j), size=13, fill=MUTED)
+    svg.text(gx - 6, gy - 10, "query p", size=13.5, fill=MUTED, anchor="end")
     for p in range(L):
-        svg.text(gx - 8, gy + (p + 0.5) * cell + 5, str(p), size=12.5, fill=MUTED,
+        svg.text(gx - 10, gy + (p + 0.5) * cell + 5, str(p), size=13, fill=MUTED,
                  anchor="end")
         for j in range(L):
             if w.mask[p][j]:
@@ -1146,26 +1148,26 @@ def window_cache(w: WindowPicture) -> Svg:
                 fill, edge = "#ffffff", BOX_EDGE
             svg.rect(gx + j * cell, gy + p * cell, cell, cell, fill=fill, stroke=edge,
                      rx=0, width=0.8)
-    ly = gy + L * cell + 22
+    ly = gy + L * cell + 28
     for k, (fill, edge, label) in enumerate(((ACCENT, ACCENT_EDGE, "in the window"),
                                              ("#e5e7eb", BOX_EDGE, "slid out"),
                                              ("#ffffff", BOX_EDGE, "future"))):
-        svg.rect(gx - 52, ly + 20 * k - 11, 13, 13, fill=fill, stroke=edge, rx=2)
-        svg.text(gx - 33, ly + 20 * k, label, size=12.5, anchor="start")
-    svg.text(gx - 52, ly + 64, f"attend if p \u2212 {W} < j \u2264 p", size=13,
+        svg.rect(gx - 50, ly + 22 * k - 12, 14, 14, fill=fill, stroke=edge, rx=2)
+        svg.text(gx - 30, ly + 22 * k, label, size=13, anchor="start")
+    svg.text(gx - 50, ly + 72, f"attend if p \u2212 {W} < j \u2264 p", size=13.5,
              anchor="start", weight="bold")
     # Middle: the library's storage, one row per call.
-    sx, sw, rh, top = 310, 34, 30, 84
-    svg.text(sx + w.capacity * sw / 2, 46, f"KVCache(window={W}), the library",
-             size=13, weight="bold")
-    svg.text(sx + w.capacity * sw / 2, 64, f"{w.capacity} slots = 2(W \u2212 1) + 1",
-             size=12.5, fill=MUTED)
+    sx, sw, rh, top = 316, 38, 34, 96
+    svg.text(sx + w.capacity * sw / 2, 48, f"KVCache(window={W}), the library",
+             size=13.5, weight="bold")
+    svg.text(sx + w.capacity * sw / 2, 68, f"{w.capacity} slots = 2(W \u2212 1) + 1",
+             size=13, fill=MUTED)
     for i in range(w.capacity):
-        svg.text(sx + (i + 0.5) * sw, 79, f"{i}", size=11.5, fill=MUTED)
-    svg.text(sx - 50, 64, "token", size=12.5, fill=MUTED, anchor="start")
+        svg.text(sx + (i + 0.5) * sw, 89, f"{i}", size=12, fill=MUTED)
+    svg.text(sx - 26, 89, "token", size=13, fill=MUTED, anchor="end")
     for t, (slots, (a, b)) in enumerate(zip(w.slots, w.read, strict=True)):
         y = top + t * rh
-        svg.text(sx - 36, y + 19, str(t), size=12.5, weight="bold")
+        svg.text(sx - 26, y + 21, str(t), size=13.5, weight="bold", anchor="end")
         for i, pos in enumerate(slots):
             x = sx + i * sw
             if pos is None:
@@ -1178,43 +1180,44 @@ def window_cache(w: WindowPicture) -> Svg:
             edge = HOT_EDGE if new else (ACCENT_EDGE if reading else BOX_EDGE)
             svg.rect(x + 2, y + 2, sw - 4, rh - 6, fill=fill, stroke=edge, rx=3,
                      width=1.6 if reading else 1)
-            svg.text(x + sw / 2, y + 19, str(pos), size=13, family=MONO,
+            svg.text(x + sw / 2, y + 21, str(pos), size=14, family=MONO,
                      fill=INK if reading else FADED, weight="bold" if new else "normal")
         if t and a < w.read[t - 1][0]:  # the kept positions moved to the front
-            svg.text(sx + w.capacity * sw + 8, y + 12, f"full: {b - a - 1} kept copied",
-                     size=12, anchor="start", fill=HOT_EDGE)
-            svg.text(sx + w.capacity * sw + 8, y + 26, "to the front", size=12,
+            moved = ", ".join(str(pos) for pos in slots[a:b - 1])
+            svg.text(sx + w.capacity * sw + 8, y + 12, f"full: {moved}",
+                     size=12.5, anchor="start", fill=HOT_EDGE)
+            svg.text(sx + w.capacity * sw + 8, y + 28, "copied to front", size=12.5,
                      anchor="start", fill=HOT_EDGE)
     # Right: Mistral's rolling buffer.
-    mx = 610
-    svg.text(mx + W * sw / 2, 46, "Mistral's buffer", size=13, weight="bold")
-    svg.text(mx + W * sw / 2, 64, "slot = i mod W", size=12.5, fill=MUTED)
+    mx, mw = 630, 36
+    svg.text(mx + W * mw / 2, 48, "Mistral's buffer", size=13.5, weight="bold")
+    svg.text(mx + W * mw / 2, 68, "slot = i mod W", size=13, fill=MUTED)
     for i in range(W):
-        svg.text(mx + (i + 0.5) * sw, 79, f"{i}", size=11.5, fill=MUTED)
+        svg.text(mx + (i + 0.5) * mw, 89, f"{i}", size=12, fill=MUTED)
     for t in range(L):
         y = top + t * rh
         for i in range(W):
             held = [pos for pos in range(t + 1) if pos % W == i]
-            x = mx + i * sw
+            x = mx + i * mw
             if not held:
-                svg.rect(x + 2, y + 2, sw - 4, rh - 6, fill="#ffffff", stroke=BOX_EDGE,
+                svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill="#ffffff", stroke=BOX_EDGE,
                          dash="3 2", rx=3)
                 continue
             pos = held[-1]
             new = pos == t
-            svg.rect(x + 2, y + 2, sw - 4, rh - 6, fill=HOT if new else ACCENT,
+            svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill=HOT if new else ACCENT,
                      stroke=HOT_EDGE if new else ACCENT_EDGE, rx=3, width=1.6)
-            svg.text(x + sw / 2, y + 19, str(pos), size=13, family=MONO,
+            svg.text(x + mw / 2, y + 21, str(pos), size=14, family=MONO,
                      weight="bold" if new else "normal")
-    ly = top + L * rh + 14
-    legend = [(HOT, HOT_EDGE, None, "written now"), (ACCENT, ACCENT_EDGE, None, "read"),
-              ("#f9fafb", BOX_EDGE, None, "held, not read")]
-    for k, (fill, edge, dash, label) in enumerate(legend):
-        x = sx - 50 + k * 120
-        svg.rect(x, ly, 13, 13, fill=fill, stroke=edge, dash=dash, rx=2)
-        svg.text(x + 19, ly + 11, label, size=12.5, anchor="start")
-    svg.text(sx - 50, ly + 34, f"each query reads the last {W} positions, itself included",
-             size=12.5, anchor="start")
+    ly = top + L * rh + 20
+    legend = [(HOT, HOT_EDGE, "written now"), (ACCENT, ACCENT_EDGE, "read"),
+              ("#f9fafb", BOX_EDGE, "held, not read")]
+    for k, (fill, edge, label) in enumerate(legend):
+        x = sx - 40 + k * 130
+        svg.rect(x, ly, 14, 14, fill=fill, stroke=edge, rx=2)
+        svg.text(x + 20, ly + 12, label, size=13, anchor="start")
+    svg.text(sx - 40, ly + 40, f"each query reads the last {W} positions, itself included",
+             size=13, anchor="start")
     return svg
 
 
@@ -1282,8 +1285,8 @@ def latent_attention(p: LatentPicture) -> Svg:
     sizes = "; ".join(f"{k}: {v}" for k, v in p.per_token.items())
     desc = (
         f"Multi-head latent attention on the running example: d_model = {p.d_model}, H = "
-        f"{H} heads of D = {D}, a latent of C = {C}, a rotary part of R = {R}. (a) As "
-        f"trained: the token x_t is projected to the content queries q^C ({H} heads of "
+        f"{H} heads of D = {D}, a latent of C = {C}, a rotary part of R = {R}. (a) "
+        f"Explicit: the token x_t is projected to the content queries q^C ({H} heads of "
         f"{D}, q_proj {lay['q_proj'][0]} to {lay['q_proj'][1]}), the rotary queries q^R "
         f"(q_rope_proj, then rotated at position t), the latent c_t (kv_down, "
         f"{lay['kv_down'][0]} to {C}) and one rotary key k^R_t shared by all heads "
@@ -1316,7 +1319,7 @@ def latent_attention(p: LatentPicture) -> Svg:
                      fill=INK if weight == "bold" else MUTED)
 
     # (a) as trained
-    svg.text(14, 50, "(a) As trained: every head's keys and values rebuilt from the "
+    svg.text(14, 50, "(a) Explicit: every head's keys and values rebuilt from the "
              "cached latent", size=13.5, weight="bold", anchor="start")
     rows, bh = [64, 112, 160, 208, 256], 38
     box(14, rows[0], 58, rows[-1] + bh - rows[0], [("x_{t}", "bold", 14),
