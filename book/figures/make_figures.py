@@ -1311,7 +1311,7 @@ def latent_attention(p: LatentPicture) -> Svg:
         """A box with lines (text, weight, size) centred in it."""
         svg.rect(x, y, w, h, fill=fill, stroke=edge, rx=5,
                  width=1.6 if edge != BOX_EDGE else 1.2)
-        heights = [size + 4 for _, _, size in lines]
+        heights = [size + 5 for _, _, size in lines]
         yy = y + (h - sum(heights)) / 2
         for (text, weight, size), step in zip(lines, heights, strict=True):
             yy += step
