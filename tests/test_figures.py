@@ -70,6 +70,83 @@ def test_figure_is_accessible_and_fits_the_column(path: Path) -> None:
     # Only generic font families (present on every machine, offline).
     families = {el.get("font-family") for el in root.iter() if el.get("font-family")}
     assert families <= {"sans-serif", "monospace"}, f"{path.name}: fonts {families}"
-    sizes = [float(el.get("font-size")) for el in root.iter(f"{SVG}text")]
-    assert min(sizes) >= 11, f"{path.name}: text smaller than 11 px"
+    # Every font size, sub- and superscripts (tspans) included: the column shows the
+    # 750-unit view box 688 px wide (672 in a captioned figure), so 11.2 units are at
+    # least 10 px, the book's smallest label.
+    sizes = [float(el.get("font-size")) for el in root.iter() if el.get("font-size")]
+    assert min(sizes) >= make_figures.MIN_FONT >= 11.2, (
+        f"{path.name}: text of {min(sizes)} units, under 10 px in the column")
     assert not re.search(r"https?://(?!www\.w3\.org)", path.read_text(encoding="utf-8"))
+
+
+# The diagram of each chapter of part four, and the notebook that shows it.
+CHAPTER_DIAGRAMS = {
+    "tiling.svg": "13_cost_and_speed.ipynb",
+    "kv_cache.svg": "14_kv_cache_and_gqa.ipynb",
+    "gqa.svg": "14_kv_cache_and_gqa.ipynb",
+    "rope_pairs.svg": "16_rotary.ipynb",
+    "window_cache.svg": "17_sliding_windows_alibi_flex.ipynb",
+    "latent.svg": "18_latent_attention.ipynb",
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHAPTER_DIAGRAMS))
+def test_chapter_diagram_is_in_its_chapter(name: str) -> None:
+    text = (REPO / "book" / CHAPTER_DIAGRAMS[name]).read_text(encoding="utf-8")
+    assert f"](attachment:{name})" in text, (
+        f"{CHAPTER_DIAGRAMS[name]} does not show {name}: add `![alt](figures/{name})` "
+        "to a Markdown cell and run `make front-matter`")
+
+
+def test_every_figure_is_shown_somewhere() -> None:
+    book = REPO / "book"
+    pages = [p.read_text(encoding="utf-8") for p in (*book.glob("*.ipynb"),
+                                                     *book.glob("*.md"))]
+    unused = [p.name for p in COMMITTED
+              if not any(p.name in page for page in pages)]
+    assert not unused, f"figures no page shows: {unused}"
+
+
+def test_tiling_follows_the_online_softmax() -> None:
+    r = make_figures.online_softmax()
+    assert (r.length, r.block, r.head_dim) == (6, 2, 2)
+    # The row drawn rescales at every block: its maximum grows each time.
+    assert all(0 < c < 1 for c in r.correction[1:])
+    assert r.running_max == tuple(sorted(r.running_max))
+    assert make_figures.tiles_at(6, 2) == (9, 6)
+    assert make_figures.tiles_at(1000, 128) == (64, 36)  # chapter 13's numbers
+
+
+def test_cache_step_and_grouping_come_from_mha_lib() -> None:
+    c = make_figures.cache_step(3)
+    assert (c.cached_before, c.cached_after, c.weights, c.output) == (
+        (3, 4, 3, 2), (3, 4, 4, 2), (3, 4, 1, 4), (3, 1, 8))
+    assert abs(sum(c.row) - 1) < 1e-6
+    reads = {kv: make_figures.grouping(kv).reads for kv in (4, 2, 1)}
+    assert reads == {4: (0, 1, 2, 3), 2: (0, 0, 1, 1), 1: (0, 0, 0, 0)}
+    assert [make_figures.grouping(kv).per_token for kv in (4, 2, 1)] == [16, 8, 4]
+
+
+def test_rotary_pairs_are_the_library_layouts() -> None:
+    p = make_figures.rotary_picture(8)
+    assert p.half == (4, 5, 6, 7, 0, 1, 2, 3)         # (i, i + D/2)
+    assert p.adjacent == (1, 0, 3, 2, 5, 4, 7, 6)     # (2i, 2i + 1)
+    assert [round(t, 6) for t in p.thetas] == [1.0, 0.1, 0.01, 0.001]
+
+
+def test_window_cache_is_what_kv_cache_stores() -> None:
+    """The rolling cache as drawn: KVCache(window=3), one token per call, keeps 2
+    positions between calls in 5 slots and copies them to the front when full. If the
+    library changes how it stores a window, this fails: redraw (and re-read chapter 17)."""
+    w = make_figures.window_picture(6, 3)
+    assert w.capacity == 5
+    assert w.slots[4] == (0, 1, 2, 3, 4)
+    assert w.slots[5] == (3, 4, 5, 3, 4)
+    assert w.read == ((0, 1), (0, 2), (0, 3), (1, 4), (2, 5), (0, 3))
+    assert w.kept == (1, 2, 2, 2, 2, 2)
+
+
+def test_latent_cache_sizes() -> None:
+    p = make_figures.latent_picture()
+    assert p.cached_keys == (3, 1, 6, 2) and p.cached_values == (3, 1, 6, 3)
+    assert sorted(p.per_token.values()) == [4, 5, 8, 16]

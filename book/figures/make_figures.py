@@ -45,6 +45,11 @@ ACCENT = "#dbeafe"     # the attention core
 ACCENT_EDGE = "#1d4ed8"
 GREEN = "#dcfce7"
 GREEN_EDGE = "#15803d"
+FADED = "#9ca3af"      # text of what is no longer read
+# The smallest font size, sub- and superscripts included, in view-box units: the view box
+# is shown 688 px wide in the column at a 1280 px window (672 px in a captioned figure),
+# so 11.2 units are 10.3 px (10.0 px).
+MIN_FONT = 11.2
 
 
 # --- the running example, through mha_lib -------------------------------------------------
@@ -72,9 +77,9 @@ class Shapes:
     ffn_hidden: tuple[int, ...]
 
 
-def running_example(d_model: int = 8, num_heads: int = 4) -> Shapes:
-    """Run the book's running example through mha_lib, stage by stage, and record the
-    shapes; the full module must agree with the stages."""
+def example(d_model: int = 8, num_heads: int = 4):
+    """The running example's token ids, embeddings, input ``x`` (with positions) and a
+    ``MultiHeadAttention`` module, made with the seeds the figures always use."""
     import mha_lib
     from mha_lib.exercises import SENTENCES
 
@@ -84,6 +89,15 @@ def running_example(d_model: int = 8, num_heads: int = 4) -> Shapes:
     embedded = nn.Embedding(len(stoi), d_model)(ids)                  # (B, L, d_model)
     x = mha_lib.PositionalEncoding(d_model, dropout=0.0)(embedded)    # (B, L, d_model)
     mha = mha_lib.MultiHeadAttention(d_model, num_heads).eval()
+    return stoi, ids, embedded, x, mha
+
+
+def running_example(d_model: int = 8, num_heads: int = 4) -> Shapes:
+    """Run the book's running example through mha_lib, stage by stage, and record the
+    shapes; the full module must agree with the stages."""
+    import mha_lib
+
+    stoi, ids, embedded, x, mha = example(d_model, num_heads)
     q, k, v = mha.q_proj(x), mha.k_proj(x), mha.v_proj(x)             # (B, L, d_model)
     qh, kh, vh = (mha_lib.split_heads(t, num_heads) for t in (q, k, v))  # (B, H, L, D)
     head_out, weights = mha_lib.scaled_dot_product_attention(qh, kh, vh)
@@ -120,6 +134,15 @@ class Svg:
         self.title = title
         self.desc = desc
         self.items: list[str] = []
+        self.marker_colors: list[str] = []  # arrowheads in colors other than INK
+
+    def _head(self, stroke: str) -> str:
+        """The marker-end attribute of an arrow in ``stroke``'s color."""
+        if stroke == INK:
+            return ' marker-end="url(#arrow)"'
+        if stroke not in self.marker_colors:
+            self.marker_colors.append(stroke)
+        return f' marker-end="url(#arrow-{stroke.lstrip("#")})"'
 
     def rect(self, x: float, y: float, w: float, h: float, fill: str = BOX,
              stroke: str = BOX_EDGE, rx: float = 6, width: float = 1.2,
@@ -142,13 +165,13 @@ class Svg:
     def line(self, x1: float, y1: float, x2: float, y2: float, arrow: bool = True,
              stroke: str = INK, width: float = 1.4, dash: str | None = None) -> None:
         extra = f' stroke-dasharray="{dash}"' if dash else ""
-        head = ' marker-end="url(#arrow)"' if arrow else ""
+        head = self._head(stroke) if arrow else ""
         self.items.append(
             f'<line x1="{x1:g}" y1="{y1:g}" x2="{x2:g}" y2="{y2:g}" stroke="{stroke}" '
             f'stroke-width="{width:g}"{extra}{head}/>')
 
     def path(self, d: str, arrow: bool = True, stroke: str = INK, width: float = 1.4) -> None:
-        head = ' marker-end="url(#arrow)"' if arrow else ""
+        head = self._head(stroke) if arrow else ""
         self.items.append(f'<path d="{d}" fill="none" stroke="{stroke}" '
                           f'stroke-width="{width:g}"{head}/>')
 
@@ -166,7 +189,13 @@ class Svg:
             f'<desc id="desc">{escape(self.desc)}</desc>\n'
             '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" '
             'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-            f'<path d="M 0 0 L 10 5 L 0 10 z" fill="{INK}"/></marker></defs>\n'
+            f'<path d="M 0 0 L 10 5 L 0 10 z" fill="{INK}"/></marker>'
+            + "".join(
+                f'<marker id="arrow-{c.lstrip("#")}" viewBox="0 0 10 10" refX="9" refY="5" '
+                'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+                f'<path d="M 0 0 L 10 5 L 0 10 z" fill="{c}"/></marker>'
+                for c in self.marker_colors)
+            + '</defs>\n'
             f'<rect x="0" y="0" width="{WIDTH}" height="{self.height}" fill="#ffffff"/>\n'
         )
         return head + "\n".join(self.items) + "\n</svg>\n"
@@ -174,7 +203,7 @@ class Svg:
 
 def _scripts(content: str, size: float) -> str:
     """Escape ``content`` and turn ``^{x}`` / ``_{x}`` into shifted, smaller tspans."""
-    out, i, small = [], 0, f"{size * 0.72:g}"
+    out, i, small = [], 0, f"{max(size * 0.72, MIN_FONT):g}"
     while i < len(content):
         if content[i] in "^_" and content[i + 1: i + 2] == "{":
             end = content.index("}", i)
@@ -364,12 +393,12 @@ def multi_head(s: Shapes) -> Svg:
         mid = x + col_w / 2
         svg.line(mid, 108, mid, 132)
         svg.rect(x, 134, col_w, 44, fill=BOX)
-        svg.text(mid, 153, f"Q_{{{i + 1}}}, K_{{{i + 1}}}, V_{{{i + 1}}}", size=14,
+        svg.text(mid, 153, f"Q_{{{i}}}, K_{{{i}}}, V_{{{i}}}", size=14,
                  weight="bold")
         svg.text(mid, 171, fmt((s.batch, s.length, d)), size=12, family=MONO, fill=MUTED)
         svg.line(mid, 178, mid, 200)
         svg.rect(x, 202, col_w, 70, fill=ACCENT, stroke=ACCENT_EDGE)
-        svg.text(mid, 222, f"head {i + 1}: attention", size=14, weight="bold")
+        svg.text(mid, 222, f"head {i}: attention", size=14, weight="bold")
         svg.text(mid, 241, "softmax(QK^{T}/\u221aD) V", size=12.5)
         svg.text(mid, 262, f"weights {fmt((s.batch, s.length, s.length))}", size=11.5,
                  family=MONO, fill=ACCENT_EDGE)
@@ -392,7 +421,8 @@ def block(s: Shapes) -> Svg:
     x_shape, hid = fmt(s.output), fmt(s.ffn_hidden)
     desc = (
         "Two transformer blocks side by side, both mapping x of shape "
-        f"{x_shape} to an output of the same shape. Left, pre-norm: x goes through "
+        f"{x_shape} to an output of the same shape. Left, pre-norm (GPT-2; Llama has "
+        "the same order with RMSNorm in place of LayerNorm): x goes through "
         "LayerNorm, then multi-head attention, and is added back to x (a residual "
         "connection); that sum goes through LayerNorm, then the feed-forward network, whose "
         "output is added to that sum. Right, post-norm (the original transformer): x goes "
@@ -442,11 +472,971 @@ def block(s: Shapes) -> Svg:
         svg.line(mid, y, mid, y + 20)
         svg.text(mid, y + 36, f"output  {x_shape}", size=14, family=MONO)
 
-    column(45, "pre-norm (GPT-2, Llama)",
+    column(45, "pre-norm (GPT-2; Llama with RMSNorm)",
            ["branch", "LN", "MHA", "+", "branch", "LN", "FFN", "+"])
     column(405, "post-norm (the 2017 transformer)",
            ["branch", "MHA", "+", "LN", "branch", "FFN", "+", "LN"])
     svg.line(375, 12, 375, 478, arrow=False, stroke=BOX_EDGE, width=1, dash="5 4")
+    return svg
+
+
+# --- (e) tiling and the online softmax, chapter 13 ------------------------------------------
+
+@dataclass(frozen=True)
+class OnlineSoftmax:
+    """One query row of the running example through the tiled attention of chapter 13."""
+
+    sentence: int
+    head: int
+    position: int
+    block: int
+    length: int
+    head_dim: int
+    block_max: tuple[float, ...]    # rowmax of the row's scores in each key block
+    running_max: tuple[float, ...]  # m after each block
+    correction: tuple[float, ...]   # e^(m - m') applied to l and o at each block
+    running_sum: tuple[float, ...]  # l after each block
+    output: tuple[float, ...]       # o / l at the end (D numbers)
+
+
+def online_softmax(block: int = 2) -> OnlineSoftmax:
+    """Run the online softmax over key blocks for every query row of the running example
+    (one head at a time), check it against mha_lib's attention, and keep the first row
+    (sentence, head, query position of the second query block) whose maximum grows at
+    every block, so that every step rescales."""
+    import math
+
+    import mha_lib
+
+    _, _, _, x, mha = example()
+    with torch.no_grad():
+        q, k, v = (mha_lib.split_heads(p(x), mha.num_heads)
+                   for p in (mha.q_proj, mha.k_proj, mha.v_proj))   # (B, H, L, D)
+        expected, _ = mha_lib.scaled_dot_product_attention(q, k, v)  # (B, H, L, D)
+    B, H, L, D = q.shape
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)                  # (B, H, L, L)
+    m = torch.full((B, H, L, 1), float("-inf"), dtype=torch.float64)
+    total = torch.zeros(B, H, L, 1, dtype=torch.float64)
+    o = torch.zeros(B, H, L, D, dtype=torch.float64)
+    maxes, runs, corrections, sums = [], [], [], []
+    for j in range(0, L, block):
+        s = scores[..., j:j + block].double()                        # (B, H, L, block)
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        p = torch.exp(s - m_new)
+        correction = torch.exp(m - m_new)
+        total = correction * total + p.sum(-1, keepdim=True)
+        o = correction * o + p @ v[..., j:j + block, :].double()
+        maxes.append(s.amax(-1, keepdim=True))
+        runs.append(m_new)
+        corrections.append(correction)
+        sums.append(total)
+        m = m_new
+    out = (o / total).float()
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    first_block_rows = range(block, 2 * block)  # the query block of the figure
+    for b in range(B):
+        for h in range(H):
+            for r in first_block_rows:
+                run = [float(t[b, h, r]) for t in runs]
+                if all(a < c for a, c in zip(run, run[1:], strict=False)):
+                    return OnlineSoftmax(
+                        b, h, r, block, L, D,
+                        tuple(float(t[b, h, r]) for t in maxes), tuple(run),
+                        tuple(float(t[b, h, r]) for t in corrections),
+                        tuple(float(t[b, h, r]) for t in sums),
+                        tuple(float(t) for t in out[b, h, r]))
+    raise RuntimeError("no query row whose maximum grows at every block")
+
+
+def tiles_at(length: int, block: int) -> tuple[int, int]:
+    """(tiles, tiles computed with a causal mask) for ``length`` tokens in blocks."""
+    n = -(-length // block)
+    return n * n, n * (n + 1) // 2
+
+
+def tiling(r: OnlineSoftmax) -> Svg:
+    n = r.length // r.block
+    tiles, causal = tiles_at(r.length, r.block)
+    big_tiles, big_causal = tiles_at(1000, 128)
+    row = 1  # the query block the figure follows
+    desc = (
+        f"Tiled attention on the running example: L = {r.length} queries and keys of one "
+        f"head, in blocks of {r.block}. The {r.length} by {r.length} score matrix is cut "
+        f"into {tiles} tiles of {r.block} by {r.block}. Query block Q_{row} meets key/value "
+        f"blocks K_0 V_0, K_1 V_1, K_2 V_2 one after another; each of its query rows "
+        "carries a running maximum m, a running sum l and a running output o. For each "
+        "block: S = Q K_j^T / sqrt(D), m' = max(m, rowmax S), P = exp(S - m'), "
+        "l' = exp(m - m') l + rowsum P, o' = exp(m - m') o + P V_j; at the end the output "
+        f"is o / l. With a causal mask the {tiles - causal} tiles above the diagonal are "
+        f"never computed. Only one tile of {r.block * r.block} scores is held at a time, "
+        f"never the {r.length * r.length} of the whole matrix. For query {r.position} of "
+        f"sentence {r.sentence}, head {r.head}, the block maxima are "
+        + ", ".join(f"{a:.2f}" for a in r.block_max) + "; the running maximum grows at "
+        "every block, so l and o are rescaled by "
+        + ", ".join(f"{a:.2f}" for a in r.correction[1:]) + "; the output o / l equals "
+        "the library's attention within 1e-6. At L = 1000 with blocks of 128: 16,384 "
+        f"scores per tile instead of 1,000,000, and a causal mask computes {big_causal} of "
+        f"the {big_tiles} tiles.")
+    svg = Svg(522, "Tiled attention with an online softmax: the L x L matrix is never "
+              "stored", desc)
+    svg.text(WIDTH / 2, 24, f"Tiled attention on the running example: L = {r.length}, "
+             f"blocks of {r.block}, one head (D = {r.head_dim})", size=15, weight="bold")
+    # Left: the score matrix in tiles.
+    gx, gy, cell = 62, 100, 34
+    tile = cell * r.block
+    svg.text(gx + n * tile / 2, 56, "key/value blocks", size=12.5, fill=MUTED)
+    for j in range(n):
+        svg.text(gx + (j + 0.5) * tile, 82, f"K_{{{j}}} V_{{{j}}}", size=14, weight="bold")
+    for i in range(n):
+        svg.text(gx - 10, gy + (i + 0.5) * tile + 5, f"Q_{{{i}}}", size=14, weight="bold",
+                 anchor="end")
+        for j in range(n):
+            x, y = gx + j * tile, gy + i * tile
+            future = j > i
+            fill = ACCENT if i == row else ("#ffffff" if future else BOX)
+            svg.rect(x, y, tile, tile, fill=fill, rx=0,
+                     stroke=ACCENT_EDGE if i == row else BOX_EDGE,
+                     width=1.6 if i == row else 1.1, dash="5 3" if future else None)
+            for c in range(1, r.block):  # the cells of the tile: one score each
+                svg.line(x + c * cell, y, x + c * cell, y + tile, arrow=False,
+                         stroke=BOX_EDGE, width=0.6)
+                svg.line(x, y + c * cell, x + tile, y + c * cell, arrow=False,
+                         stroke=BOX_EDGE, width=0.6)
+    yr = gy + (row + 0.5) * tile
+    svg.line(gx + tile / 2 + 13, yr, gx + (n - 0.5) * tile - 15, yr, stroke=ACCENT_EDGE)
+    for j in range(n):
+        cx = gx + (j + 0.5) * tile
+        svg.items.append(f'<circle cx="{cx:g}" cy="{yr:g}" r="12" fill="#ffffff" '
+                         f'stroke="{ACCENT_EDGE}" stroke-width="1.4"/>')
+        svg.text(cx, yr + 5, str(j + 1), size=14, weight="bold", fill=ACCENT_EDGE)
+    ly = gy + n * tile + 24
+    svg.rect(gx - 40, ly - 11, 14, 14, fill=ACCENT, stroke=ACCENT_EDGE, rx=2)
+    svg.text(gx - 20, ly + 1, f"Q_{{{row}}}'s tiles, in the order 1, 2, 3", size=12.5,
+             anchor="start")
+    svg.rect(gx - 40, ly + 11, 14, 14, fill="#ffffff", dash="3 2", rx=2)
+    svg.text(gx - 20, ly + 23, f"causal mask: never computed ({tiles - causal} of "
+             f"{tiles})", size=12.5, anchor="start")
+    svg.text(gx - 40, ly + 50, f"held at once: one {r.block} \u00d7 {r.block} tile "
+             f"({r.block * r.block} scores),", size=12.5, anchor="start")
+    svg.text(gx - 40, ly + 68, f"never the {r.length} \u00d7 {r.length} matrix "
+             f"({r.length * r.length})", size=12.5, anchor="start")
+    # Right: the update, and one row's numbers.
+    x0 = 330
+    svg.text(x0, 56, f"Each query row of Q_{{{row}}} carries three running values:",
+             size=13, anchor="start", weight="bold")
+    svg.text(x0, 76, f"m (max), \u2113 (sum of e^{{S \u2212 m}}), o (sum of P V, "
+             f"{r.head_dim} numbers)", size=13, anchor="start", fill=MUTED)
+    svg.text(x0, 95, "start: m = \u2212\u221e, \u2113 = 0, o = 0", size=13, anchor="start",
+             fill=MUTED)
+    svg.rect(x0 - 6, 106, WIDTH - x0 - 6, 166, fill=ACCENT, stroke=ACCENT_EDGE)
+    lines = [
+        ("for each block K_{j} V_{j}, in order:", "bold"),
+        (f"S = Q_{{{row}}} K_{{j}}^{{T}} / \u221aD     (one tile)", "normal"),
+        ("m' = max(m, rowmax S)", "normal"),
+        ("P = exp(S \u2212 m')", "normal"),
+        ("\u2113' = e^{m \u2212 m'} \u2113 + rowsum P", "normal"),
+        ("o' = e^{m \u2212 m'} o + P V_{j}", "normal"),
+        ("after the last block: output = o / \u2113", "bold"),
+    ]
+    for t, (text, weight) in enumerate(lines):
+        svg.text(x0 + 6, 127 + 22 * t, text, size=14, anchor="start", weight=weight)
+    # The numbers of one row.
+    ty = 306
+    svg.text(x0, ty, f"Query {r.position} of sentence {r.sentence}, head {r.head}, "
+             "no mask:", size=13, anchor="start", weight="bold")
+    cols = [x0 + 160 + 80 * j for j in range(n)]
+    for j, cx in enumerate(cols):
+        svg.text(cx, ty + 22, f"K_{{{j}}} V_{{{j}}}", size=13, fill=MUTED)
+    table = [("rowmax S", r.block_max), ("m", r.running_max),
+             ("rescale e^{m \u2212 m'}", (None,) + r.correction[1:]),
+             ("\u2113", r.running_sum)]
+    for t, (name, values) in enumerate(table):
+        y = ty + 45 + 21 * t
+        svg.text(x0, y, name, size=13, anchor="start")
+        for cx, value in zip(cols, values, strict=True):
+            label = "\u2013" if value is None else f"{value:.2f}"
+            hot = name.startswith("rescale") and value is not None
+            svg.text(cx, y, label, size=13, family=MONO,
+                     fill=HOT_EDGE if hot else INK, weight="bold" if hot else "normal")
+    out = ", ".join(f"{a:.2f}" for a in r.output)
+    svg.text(x0, ty + 142, f"o / \u2113 = ({out}), the library's output for", size=13,
+             anchor="start")
+    svg.text(x0, ty + 160, "this row (equal within 1e-6)", size=13, anchor="start")
+    svg.line(12, 486, WIDTH - 12, 486, arrow=False, stroke=BOX_EDGE, width=1)
+    svg.text(WIDTH / 2, 508, f"At L = 1,000, blocks of 128: {128 * 128:,} scores per tile, "
+             f"not {1000 * 1000:,}; a causal mask computes {big_causal} of {big_tiles} "
+             "tiles.",
+             size=13, fill=MUTED)
+    return svg
+
+
+# --- (f) the KV cache and grouped-query attention, chapter 14 ---------------------------------
+
+PAIR_COLORS = [(ACCENT, ACCENT_EDGE), (HOT, HOT_EDGE), (GREEN, GREEN_EDGE),
+               ("#ede9fe", "#6d28d9")]
+
+
+@dataclass(frozen=True)
+class CacheStep:
+    """One decoding step of the running example with a KVCache, as mha_lib runs it."""
+
+    step: int
+    length: int
+    new_token: tuple[int, ...]
+    query: tuple[int, ...]
+    cached_before: tuple[int, ...]
+    cached_after: tuple[int, ...]
+    weights: tuple[int, ...]
+    output: tuple[int, ...]
+    row: tuple[float, ...]   # the new query's weights, sentence 0, head 0
+
+
+def cache_step(step: int = 3) -> CacheStep:
+    """Decode the running example token by token with ``MultiHeadAttention`` and a
+    ``KVCache`` up to ``step``; record the shapes of that step and check its output
+    against the full causal pass."""
+    import mha_lib
+
+    _, _, _, x, mha = example()
+    cache = mha_lib.KVCache()
+    with torch.no_grad():
+        for t in range(step):
+            mha(x[:, t:t + 1], cache=cache)
+        before = tuple(cache.keys[0].shape)
+        new = x[:, step:step + 1]                                     # (B, 1, d_model)
+        q = mha_lib.split_heads(mha.q_proj(new), mha.num_heads)       # (B, H, 1, D)
+        out, weights = mha(new, cache=cache)          # (B, 1, d_model), (B, H, 1, t + 1)
+        full, _ = mha(x, mask=mha_lib.causal_mask(x.size(1)))
+    torch.testing.assert_close(out, full[:, step:step + 1], atol=1e-6, rtol=0)
+    row = tuple(float(w) for w in weights[0, 0, 0])
+    return CacheStep(step, x.size(1), tuple(new.shape), tuple(q.shape), before,
+                     tuple(cache.keys[0].shape), tuple(weights.shape), tuple(out.shape),
+                     row)
+
+
+def kv_cache(c: CacheStep) -> Svg:
+    t, L = c.step, c.length
+    row = ", ".join(f"{w:.2f}" for w in c.row)
+    desc = (
+        f"Decoding step {t} of the running example with a KV cache, positions 0 to {L - 1} "
+        f"in columns. Positions 0 to {t - 1} were decoded before: their keys and values "
+        f"are in the cache, {fmt(c.cached_before)}; their tokens and queries are not "
+        f"needed any more. The new token x_{t}, {fmt(c.new_token)}, is the only one "
+        f"projected: its query q_{t}, {fmt(c.query)}, and its key and value, which are "
+        f"appended to the cache, now {fmt(c.cached_after)}. The query attends to all "
+        f"{t + 1} kept positions, with no mask, since the new token is the last position: "
+        f"weights {fmt(c.weights)}; for sentence 0, head 0 they are {row}. The output "
+        f"for the new token is {fmt(c.output)}. Positions {t + 1} and beyond are not "
+        "decoded yet.")
+    svg = Svg(386, f"One decoding step with a KV cache: append k_{t}, v_{t}; q_{t} "
+              "attends to every kept position", desc)
+    svg.text(WIDTH / 2, 24, f"Decoding step {t} with a KV cache (the running example, "
+             "one head drawn)", size=15, weight="bold")
+    x0, w, gap = 150, 52, 8
+    cols = [x0 + i * (w + gap) for i in range(L)]
+    svg.text(x0 - 12, 60, "position", size=13, anchor="end", fill=MUTED)
+    for i, cx in enumerate(cols):
+        svg.text(cx + w / 2, 60, str(i), size=13, fill=MUTED, weight="bold" if i == t
+                 else "normal")
+    rows = [("token x", 72), ("query q = x W^{Q}", 114), ("key k = x W^{K}", 156),
+            ("value v = x W^{V}", 198), (f"weight of q_{{{t}}}", 256)]
+    for name, y in rows:
+        svg.text(x0 - 12, y + 22, name, size=13, anchor="end")
+    for i, cx in enumerate(cols):
+        for name, y in rows:
+            kind = name.split()[0]
+            if i > t:  # not decoded yet
+                svg.rect(cx, y, w, 34, fill="#ffffff", stroke=BOX_EDGE, dash="4 3", rx=4)
+                continue
+            if kind in ("token", "query") and i < t:
+                svg.text(cx + w / 2, y + 22, "\u2013", size=13, fill=FADED)
+                continue
+            if kind == "weight":
+                svg.rect(cx, y, w, 34, fill=ACCENT, stroke=ACCENT_EDGE, rx=4)
+                svg.text(cx + w / 2, y + 22, f"{c.row[i]:.2f}", size=13, family=MONO)
+                continue
+            letter = {"token": "x", "query": "q", "key": "k", "value": "v"}[kind]
+            new = i == t
+            svg.rect(cx, y, w, 34, fill=HOT if new else BOX,
+                     stroke=HOT_EDGE if new else BOX_EDGE, width=2 if new else 1.1, rx=4)
+            svg.text(cx + w / 2, y + 22, f"{letter}_{{{i}}}", size=14,
+                     weight="bold" if new else "normal")
+    # The cache: a bracket around the keys and values of positions 0 .. t.
+    right = cols[t] + w
+    svg.rect(x0 - 6, 150, right - x0 + 12, 88, fill="none", stroke=GREEN_EDGE, width=2,
+             dash="6 3")
+    xs = cols[-1] + w + 14
+    notes = [
+        (93, f"{fmt(c.new_token)}: the only token", "projected"),
+        (135, f"{fmt(c.query)}", None),
+        (184, f"cache {fmt(c.cached_before)}",
+         f"+ k_{{{t}}}, v_{{{t}}} \u2192 {fmt(c.cached_after)}"),
+        (277, f"{fmt(c.weights)}; sentence 0,", "head 0 shown (sum 1)"),
+    ]
+    for y, first, second in notes:
+        svg.text(xs, y - (8 if second else 0), first, size=12.5, anchor="start")
+        if second:
+            svg.text(xs, y + 9, second, size=12.5, anchor="start")
+    svg.text(xs, 304, f"no mask: x_{{{t}}} is the last", size=12.5, anchor="start")
+    svg.text(x0 - 6, 316, f"output for x_{{{t}}}: \u03a3_{{j}} w_{{j}} v_{{j}} per head, "
+             f"merged, then W^{{O}} \u2192 {fmt(c.output)}", size=13, anchor="start")
+    legend = [(BOX, BOX_EDGE, None, "kept in the cache"),
+              (HOT, HOT_EDGE, None, "computed now, appended"),
+              ("#ffffff", BOX_EDGE, "3 2", "not decoded yet"),
+              ("none", GREEN_EDGE, "4 2", "the cache after this step")]
+    for k, (fill, edge, dash, label) in enumerate(legend):
+        lx, ly = x0 - 6 + (k % 3) * 190, 338 + (k // 3) * 22
+        svg.rect(lx, ly, 14, 14, fill=fill, stroke=edge, dash=dash, rx=2,
+                 width=1.6 if k == 3 else 1.2)
+        svg.text(lx + 20, ly + 12, label, size=12.5, anchor="start")
+    svg.text(x0 + 184, 372, "\u2013", size=13, fill=FADED)
+    svg.text(x0 + 204, 372, "not needed any more", size=12.5, anchor="start")
+    return svg
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """A GroupedQueryAttention of the running example's size, as mha_lib builds it."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    kv_proj: tuple[int, ...]       # k_proj.weight's shape (out, in)
+    cache: tuple[int, ...]         # the cached keys after the running example
+    per_token: int                 # numbers cached per token (keys and values)
+    reads: tuple[int, ...]         # the key/value head each query head reads
+
+
+def grouping(kv_heads: int, d_model: int = 8, heads: int = 4) -> Grouping:
+    """Build ``GroupedQueryAttention(8, 4, kv_heads)``, decode the running example into a
+    KVCache, and find which key/value head each query head reads (by doubling one
+    key/value head's keys and watching which query heads' weights move)."""
+    import mha_lib
+
+    _, _, _, x, _ = example(d_model, heads)
+    torch.manual_seed(1)
+    m = mha_lib.GroupedQueryAttention(d_model, heads, kv_heads).eval()
+    cache = mha_lib.KVCache()
+    with torch.no_grad():
+        m(x, cache=cache, is_causal=True)
+        _, base = m(x)                                                # (B, H, L, L)
+        reads = []
+        for h in range(heads):
+            for g in range(kv_heads):
+                rows = slice(g * m.head_dim, (g + 1) * m.head_dim)
+                m.k_proj.weight[rows] *= 2  # change key/value head g's keys only
+                _, moved = m(x)
+                m.k_proj.weight[rows] /= 2
+                if not torch.allclose(moved[:, h], base[:, h]):
+                    reads.append(g)
+                    break
+    keys = cache.keys[0]
+    B, _, L, _ = keys.shape
+    per_token = cache.nbytes // (B * L * keys.element_size())
+    return Grouping(heads, kv_heads, m.head_dim, tuple(m.k_proj.weight.shape),
+                    tuple(keys.shape), per_token, tuple(reads))
+
+
+def gqa(groups: list[Grouping]) -> Svg:
+    names = {groups[0].heads: "multi-head", 1: "multi-query"}
+    parts = []
+    for g in groups:
+        name = names.get(g.kv_heads, "grouped-query")
+        parts.append(
+            f"{name} attention with {g.kv_heads} key/value heads: query heads "
+            + ", ".join(f"{h} reads key/value head {r}" for h, r in enumerate(g.reads))
+            + f"; k_proj and v_proj map {g.kv_proj[1]} to {g.kv_proj[0]} numbers; the "
+            f"cache holds {fmt(g.cache)} keys, {g.per_token} numbers per token")
+    desc = ("Multi-head, grouped-query and multi-query attention side by side, with 4 "
+            "query heads of dimension 2 on the running example. " + ". ".join(parts)
+            + ". Query head h reads key/value head floor(h / g), g = H / H_kv query "
+            "heads per group.")
+    svg = Svg(300, "Four query heads sharing four, two or one key/value heads", desc)
+    panel = WIDTH / len(groups)
+    for p, g in enumerate(groups):
+        x0 = p * panel
+        mid = x0 + panel / 2
+        group = g.heads // g.kv_heads
+        name = names.get(g.kv_heads, "grouped-query")
+        svg.text(mid, 24, name, size=15, weight="bold")
+        svg.text(mid, 44, f"H_{{kv}} = {g.kv_heads}, g = {group}", size=13, fill=MUTED)
+        qw, qgap = 42, 10
+        left = mid - (g.heads * qw + (g.heads - 1) * qgap) / 2
+        qx = [left + h * (qw + qgap) for h in range(g.heads)]
+        kv_w = group * qw + (group - 1) * qgap
+        for h, x in enumerate(qx):
+            fill, edge = PAIR_COLORS[g.reads[h] % len(PAIR_COLORS)]
+            svg.rect(x, 62, qw, 32, fill=fill, stroke=edge, rx=4)
+            svg.text(x + qw / 2, 83, f"q_{{{h}}}", size=14, weight="bold")
+        for r in range(g.kv_heads):
+            members = [h for h in range(g.heads) if g.reads[h] == r]
+            kx = qx[members[0]] + (qx[members[-1]] + qw - qx[members[0]] - kv_w) / 2
+            fill, edge = PAIR_COLORS[r % len(PAIR_COLORS)]
+            svg.rect(kx, 140, kv_w, 44, fill=fill, stroke=edge, width=1.6, rx=4)
+            label = f"k_{{{r}}} v_{{{r}}}"
+            svg.text(kx + kv_w / 2, 167, label, size=14, weight="bold")
+            for h in members:
+                svg.line(qx[h] + qw / 2, 94, kx + kv_w / 2, 138, arrow=False,
+                         stroke=edge, width=1.6)
+        svg.text(mid, 210, f"k_proj, v_proj: {g.kv_proj[1]} \u2192 {g.kv_proj[0]}",
+                 size=13.5)
+        svg.text(mid, 230, f"cache {fmt(g.cache)}", size=13.5, family=MONO, fill=MUTED)
+        svg.text(mid, 251, f"{g.per_token} numbers per token", size=14, weight="bold")
+        if p:
+            svg.line(x0, 12, x0, 258, arrow=False, stroke=BOX_EDGE, width=1, dash="5 4")
+    svg.text(WIDTH / 2, 284, "query head h reads key/value head \u230ah / g\u230b; "
+             "g = H / H_{kv} query heads share one key/value head", size=13.5, fill=MUTED)
+    return svg
+
+
+# --- (g) rotary pairs, chapter 16 ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RotaryPicture:
+    """The chapter's one-pair example and the pair layouts of apply_rotary for D = 8."""
+
+    q: tuple[float, float]
+    k: tuple[float, float]
+    theta: float
+    m: int
+    n: int
+    q_turned: tuple[float, float]
+    k_turned: tuple[float, float]
+    score: float
+    dim: int
+    half: tuple[int, ...]          # partner of each feature, interleaved=False
+    adjacent: tuple[int, ...]      # partner of each feature, interleaved=True
+    thetas: tuple[float, ...]      # theta_i of each pair, as apply_rotary turns it
+
+
+def rotary_picture(dim: int = 8) -> RotaryPicture:
+    """Chapter 16's pair (``torch.manual_seed(2)``, theta 0.3, query at 5, key at 3),
+    turned; and which features ``mha_lib.apply_rotary`` pairs, found by rotating each
+    unit vector by one position and seeing where it goes."""
+    import math
+
+    import mha_lib
+
+    def rotation(angle: float) -> torch.Tensor:
+        c, s = math.cos(angle), math.sin(angle)
+        return torch.tensor([[c, -s], [s, c]])  # (2, 2)
+
+    torch.manual_seed(2)
+    q, k = torch.randn(2), torch.randn(2)
+    theta, m, n = 0.3, 5, 3
+    q_turned, k_turned = rotation(m * theta) @ q, rotation(n * theta) @ k
+    score = float(q_turned @ k_turned)
+    for mq, nk in ((2, 0), (m, n), (102, 100), (0, n - m)):  # the chapter's pairs
+        other = float((rotation(mq * theta) @ q) @ (rotation(nk * theta) @ k))
+        if abs(other - score) > 1e-5:
+            raise RuntimeError("the rotated score does not depend on n - m alone")
+    partners, thetas = {}, None
+    for interleaved in (False, True):
+        basis = torch.eye(dim)                                           # (D, D)
+        turned = mha_lib.apply_rotary(basis[:, None, :], torch.tensor([1]),
+                                      interleaved=interleaved)[:, 0]     # (D, D)
+        partner = []
+        for j in range(dim):
+            moved = [i for i in range(dim) if i != j and abs(float(turned[j, i])) > 1e-7]
+            if len(moved) != 1:
+                raise RuntimeError(f"feature {j} is paired with {moved}")
+            partner.append(moved[0])
+        partners[interleaved] = tuple(partner)
+        if interleaved:  # theta_i = the angle feature 2i turns by in one position
+            thetas = tuple(math.atan2(float(turned[2 * i, 2 * i + 1]),
+                                      float(turned[2 * i, 2 * i]))
+                           for i in range(dim // 2))
+    return RotaryPicture(
+        (float(q[0]), float(q[1])), (float(k[0]), float(k[1])), theta, m, n,
+        (float(q_turned[0]), float(q_turned[1])), (float(k_turned[0]), float(k_turned[1])),
+        score, dim, partners[False], partners[True], thetas)
+
+
+def _arc(cx: float, cy: float, r: float, start: float, end: float) -> str:
+    """An SVG path along a circle from angle ``start`` to ``end`` (radians, the y axis
+    pointing up as in the plane of the pair)."""
+    import math
+
+    x1, y1 = cx + r * math.cos(start), cy - r * math.sin(start)
+    x2, y2 = cx + r * math.cos(end), cy - r * math.sin(end)
+    large = 1 if abs(end - start) > math.pi else 0
+    sweep = 0 if end > start else 1
+    return f"M {x1:.1f} {y1:.1f} A {r:g} {r:g} 0 {large} {sweep} {x2:.1f} {y2:.1f}"
+
+
+def rope(p: RotaryPicture) -> Svg:
+    import math
+
+    half_pairs = sorted({tuple(sorted((j, p.half[j]))) for j in range(p.dim)})
+    adj_pairs = sorted({tuple(sorted((j, p.adjacent[j]))) for j in range(p.dim)})
+    thetas = ", ".join(f"{t:.3g}" for t in p.thetas)
+    desc = (
+        "Left: one pair of a query and a key in the plane (the chapter's example, theta "
+        f"= {p.theta}). The query q, at position m = {p.m}, turns by m theta = "
+        f"{p.m * p.theta:.1f} rad; the key k, at position n = {p.n}, turns by n theta = "
+        f"{p.n * p.theta:.1f} rad. Their score, the dot product of the turned vectors, is "
+        f"{p.score:.4f}, the same as q . R((n - m) theta) k: it depends on n - m only, and "
+        f"the lengths do not change. Right: which features form the pairs in a head of D "
+        f"= {p.dim}, as apply_rotary pairs them. Rotate half (interleaved=False, the "
+        "library's default; GPT-NeoX and Hugging Face's Llama): pairs "
+        + ", ".join(f"({a}, {b})" for a, b in half_pairs) + ". Interleaved "
+        "(interleaved=True; the RoFormer paper and Meta's Llama code): pairs "
+        + ", ".join(f"({a}, {b})" for a, b in adj_pairs) + f". Pair i turns by theta_i = "
+        f"10000^(-2i/D): {thetas} radians per position.")
+    svg = Svg(382, "Rotary positions: each pair turns by its position times theta_i; "
+              "two layouts of the pairs", desc)
+    svg.text(WIDTH / 2, 24, "RoPE turns each pair of a query or key by position \u00d7 "
+             "\u03b8_{i}", size=15, weight="bold")
+    # Left: the plane of one pair.
+    cx, cy, scale = 150, 178, 112
+    svg.text(cx, 56, f"one pair, \u03b8 = {p.theta} (the chapter's example)", size=13,
+             weight="bold")
+    svg.line(cx - 140, cy, cx + 140, cy, arrow=False, stroke=BOX_EDGE, width=1)
+    svg.line(cx, cy - 100, cx, cy + 150, arrow=False, stroke=BOX_EDGE, width=1)
+    for (vx, vy), (tx, ty), pos, name, color, r in (
+            (p.q, p.q_turned, p.m, "q", ACCENT_EDGE, 30),
+            (p.k, p.k_turned, p.n, "k", GREEN_EDGE, 84)):
+        a0, a1 = math.atan2(vy, vx), math.atan2(ty, tx)
+        svg.line(cx, cy, cx + scale * vx, cy - scale * vy, stroke=FADED, width=1.6,
+                 dash="4 3")
+        svg.line(cx, cy, cx + scale * tx, cy - scale * ty, stroke=color, width=2.4)
+        svg.path(_arc(cx, cy, r, a0, a1), stroke=color, width=1.4)
+        length = scale * math.hypot(tx, ty)
+        lx, ly = cx + (length + 16) * math.cos(a1), cy - (length + 16) * math.sin(a1)
+        svg.text(lx, ly + 5, f"{name} at {pos}", size=13, weight="bold", fill=color)
+        mid = (a0 + a1) / 2
+        svg.text(cx + (r + 8) * math.cos(mid) + 2, cy - (r + 8) * math.sin(mid) + 5,
+                 f"{pos}\u03b8", size=13, fill=color, anchor="start", weight="bold")
+    svg.line(14, 326, 40, 326, arrow=False, stroke=FADED, width=1.6, dash="4 3")
+    svg.text(46, 330, "before turning (position 0)", size=12.5, anchor="start",
+             fill=MUTED)
+    svg.text(14, 350, "score at (m, n) = (5, 3), (2, 0), (102, 100):", size=12.5,
+             anchor="start")
+    svg.text(14, 368, f"{p.score:.4f} each time: only n \u2212 m counts".replace("-", "\u2212"),
+             size=12.5, anchor="start")
+    # Right: the two layouts of D = 8.
+    x0, bw, bg = 322, 42, 10
+    bx = [x0 + j * (bw + bg) for j in range(p.dim)]
+    rows = [
+        (84, p.half, "rotate half (interleaved=False, the default):",
+         "pair i = (x_{i}, x_{i + D/2}); GPT-NeoX, Hugging Face's Llama"),
+        (232, p.adjacent, "interleaved (interleaved=True):",
+         "pair i = (x_{2i}, x_{2i+1}); the RoFormer paper, Meta's Llama code"),
+    ]
+    for y, partner, title, sub in rows:
+        svg.text(x0, y - 30, title, size=13, anchor="start", weight="bold")
+        svg.text(x0, y - 12, sub, size=12.5, anchor="start", fill=MUTED)
+        pair_of = {}
+        for j in range(p.dim):
+            a, b = sorted((j, partner[j]))
+            pair_of[j] = sorted({tuple(sorted((i, partner[i]))) for i in range(p.dim)}
+                                ).index((a, b))
+        box_y = y + 36
+        for j in range(p.dim):
+            fill, edge = PAIR_COLORS[pair_of[j] % len(PAIR_COLORS)]
+            svg.rect(bx[j], box_y, bw, 32, fill=fill, stroke=edge, width=1.6, rx=4)
+            svg.text(bx[j] + bw / 2, box_y + 21, f"x_{{{j}}}", size=13.5, weight="bold")
+        for j in range(p.dim):
+            if partner[j] < j:
+                continue
+            a, b = bx[j] + bw / 2, bx[partner[j]] + bw / 2
+            _, edge = PAIR_COLORS[pair_of[j] % len(PAIR_COLORS)]
+            top = box_y - 6 - 7 * (partner[j] - j - 1) if partner[j] - j > 1 else box_y - 10
+            svg.path(f"M {a:g} {box_y:g} C {a:g} {top - 8:g} {b:g} {top - 8:g} {b:g} "
+                     f"{box_y:g}", arrow=False, stroke=edge, width=1.6)
+        for j in range(p.dim):
+            svg.text(bx[j] + bw / 2, box_y + 50, f"i={pair_of[j]}", size=12,
+                     fill=PAIR_COLORS[pair_of[j] % len(PAIR_COLORS)][1])
+    ly = 352
+    svg.text(x0, ly, "pair i turns by \u03b8_{i} = 10000^{\u22122i/D} per position:",
+             size=12.5, anchor="start")
+    for i, t in enumerate(p.thetas):
+        fill, edge = PAIR_COLORS[i % len(PAIR_COLORS)]
+        x = x0 + i * 104
+        svg.rect(x, ly + 10, 12, 12, fill=fill, stroke=edge, rx=2)
+        svg.text(x + 17, ly + 21, f"\u03b8_{{{i}}} = {t:.3g}", size=12.5, anchor="start")
+    return svg
+
+
+# --- (h) the sliding window and the rolling cache, chapter 17 ---------------------------------
+
+@dataclass(frozen=True)
+class WindowPicture:
+    """The window mask of the running example and what KVCache(window=W) stores."""
+
+    length: int
+    window: int
+    mask: tuple[tuple[bool, ...], ...]      # sliding_window_mask(L, W)
+    causal: tuple[tuple[bool, ...], ...]    # causal_mask(L)
+    capacity: int                           # the cache's storage, in positions
+    slots: tuple[tuple[int | None, ...], ...]  # each step: the position in each slot
+    read: tuple[tuple[int, int], ...]       # each step: the slots the query reads
+    kept: tuple[int, ...]                   # positions kept after each step
+
+
+def window_picture(length: int = 6, window: int = 3) -> WindowPicture:
+    """``sliding_window_mask`` and ``causal_mask`` on the running example's length, and a
+    ``KVCache(window=W)`` fed one token per call (each key holds its position, so the
+    storage can be read back slot by slot); the keys each call returns must be the ones
+    the mask's row allows."""
+    import mha_lib
+
+    mask = mha_lib.sliding_window_mask(length, window)
+    causal = mha_lib.causal_mask(length)
+    cache = mha_lib.KVCache(window=window)
+    written: set[int] = set()
+    slots, reads, kept = [], [], []
+    with torch.no_grad():
+        for t in range(length):
+            key = torch.full((1, 1, 1, 1), float(t))                  # (B, H_kv, 1, D)
+            keys, _ = cache.update(key, key)                          # (1, 1, kept + 1, 1)
+            allowed = [j for j in range(length) if mask[t, j]]
+            if keys.flatten().tolist() != [float(j) for j in allowed]:
+                raise RuntimeError(f"step {t}: the cache returned other keys than the mask")
+            view = cache.keys[0]                                      # the kept positions
+            if keys.untyped_storage().data_ptr() != view.untyped_storage().data_ptr():
+                raise RuntimeError("the returned keys are not a view of the storage")
+            capacity = cache.allocated_nbytes // (2 * view.element_size())
+            start = keys.storage_offset()
+            written |= set(range(start, start + keys.size(2)))
+            storage = torch.as_strided(view, (capacity,), (1,), 0)    # every slot
+            slots.append(tuple(int(storage[i]) if i in written else None
+                               for i in range(capacity)))
+            reads.append((start, start + keys.size(2)))
+            kept.append(cache.kept)
+    return WindowPicture(length, window,
+                         tuple(tuple(bool(b) for b in r) for r in mask),
+                         tuple(tuple(bool(b) for b in r) for r in causal),
+                         capacity, tuple(slots), tuple(reads), tuple(kept))
+
+
+def window_cache(w: WindowPicture) -> Svg:
+    W, L = w.window, w.length
+    steps = []
+    for t, (slots, (a, b)) in enumerate(zip(w.slots, w.read, strict=True)):
+        steps.append(f"token {t}: slots " + ", ".join(
+            f"{i} = {'empty' if pos is None else pos}" for i, pos in enumerate(slots))
+            + f", the query reads slots {a} to {b - 1}")
+    desc = (
+        f"Left: the sliding-window mask of the running example, L = {L}, W = {W}: query p "
+        f"may attend key j if p - W < j <= p, so each query sees itself and the {W - 1} "
+        f"keys before it; the earlier keys are masked like the future ones. Middle: what "
+        f"mha_lib's KVCache(window={W}) stores when the tokens come one per call. Its "
+        f"storage has {w.capacity} slots, 2 (W - 1) + 1; it keeps the last {W - 1} "
+        "positions between calls and writes each new one after them; when the storage is "
+        "full it copies the kept positions to the front. " + "; ".join(steps) + ". Right, "
+        f"for comparison: Mistral's rolling buffer of W = {W} slots, where position i "
+        "goes to slot i mod W and overwrites the oldest in place.")
+    svg = Svg(388, f"A sliding window of W = {W} and the cache that serves it", desc)
+    svg.text(WIDTH / 2, 24, f"A sliding window, W = {W}, on the running example "
+             f"(L = {L})", size=15, weight="bold")
+    # Left: the mask.
+    gx, gy, cell = 70, 96, 30
+    svg.text(gx + L * cell / 2, 68, "key j", size=13.5, fill=MUTED)
+    for j in range(L):
+        svg.text(gx + (j + 0.5) * cell, 89, str(j), size=13, fill=MUTED)
+    svg.text(gx - 6, gy - 10, "query p", size=13.5, fill=MUTED, anchor="end")
+    for p in range(L):
+        svg.text(gx - 10, gy + (p + 0.5) * cell + 5, str(p), size=13, fill=MUTED,
+                 anchor="end")
+        for j in range(L):
+            if w.mask[p][j]:
+                fill, edge = ACCENT, ACCENT_EDGE
+            elif w.causal[p][j]:
+                fill, edge = "#e5e7eb", BOX_EDGE
+            else:
+                fill, edge = "#ffffff", BOX_EDGE
+            svg.rect(gx + j * cell, gy + p * cell, cell, cell, fill=fill, stroke=edge,
+                     rx=0, width=0.8)
+    ly = gy + L * cell + 28
+    for k, (fill, edge, label) in enumerate(((ACCENT, ACCENT_EDGE, "in the window"),
+                                             ("#e5e7eb", BOX_EDGE, "slid out"),
+                                             ("#ffffff", BOX_EDGE, "future"))):
+        svg.rect(gx - 50, ly + 22 * k - 12, 14, 14, fill=fill, stroke=edge, rx=2)
+        svg.text(gx - 30, ly + 22 * k, label, size=13, anchor="start")
+    svg.text(gx - 50, ly + 72, f"attend if p \u2212 {W} < j \u2264 p", size=13.5,
+             anchor="start", weight="bold")
+    # Middle: the library's storage, one row per call.
+    sx, sw, rh, top = 316, 38, 34, 96
+    svg.text(sx + w.capacity * sw / 2, 48, f"KVCache(window={W}), the library",
+             size=13.5, weight="bold")
+    svg.text(sx + w.capacity * sw / 2, 68, f"{w.capacity} slots = 2(W \u2212 1) + 1",
+             size=13, fill=MUTED)
+    for i in range(w.capacity):
+        svg.text(sx + (i + 0.5) * sw, 89, f"{i}", size=12, fill=MUTED)
+    svg.text(sx - 26, 89, "token", size=13, fill=MUTED, anchor="end")
+    for t, (slots, (a, b)) in enumerate(zip(w.slots, w.read, strict=True)):
+        y = top + t * rh
+        svg.text(sx - 26, y + 21, str(t), size=13.5, weight="bold", anchor="end")
+        for i, pos in enumerate(slots):
+            x = sx + i * sw
+            if pos is None:
+                svg.rect(x + 2, y + 2, sw - 4, rh - 6, fill="#ffffff", stroke=BOX_EDGE,
+                         dash="3 2", rx=3)
+                continue
+            reading = a <= i < b
+            new = i == b - 1
+            fill = HOT if new else (ACCENT if reading else "#f9fafb")
+            edge = HOT_EDGE if new else (ACCENT_EDGE if reading else BOX_EDGE)
+            svg.rect(x + 2, y + 2, sw - 4, rh - 6, fill=fill, stroke=edge, rx=3,
+                     width=1.6 if reading else 1)
+            svg.text(x + sw / 2, y + 21, str(pos), size=14, family=MONO,
+                     fill=INK if reading else FADED, weight="bold" if new else "normal")
+        if t and a < w.read[t - 1][0]:  # the kept positions moved to the front
+            moved = ", ".join(str(pos) for pos in slots[a:b - 1])
+            svg.text(sx + w.capacity * sw + 8, y + 12, f"full: {moved}",
+                     size=12.5, anchor="start", fill=HOT_EDGE)
+            svg.text(sx + w.capacity * sw + 8, y + 28, "copied to front", size=12.5,
+                     anchor="start", fill=HOT_EDGE)
+    # Right: Mistral's rolling buffer.
+    mx, mw = 630, 36
+    svg.text(mx + W * mw / 2, 48, "Mistral's buffer", size=13.5, weight="bold")
+    svg.text(mx + W * mw / 2, 68, "slot = i mod W", size=13, fill=MUTED)
+    for i in range(W):
+        svg.text(mx + (i + 0.5) * mw, 89, f"{i}", size=12, fill=MUTED)
+    for t in range(L):
+        y = top + t * rh
+        for i in range(W):
+            held = [pos for pos in range(t + 1) if pos % W == i]
+            x = mx + i * mw
+            if not held:
+                svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill="#ffffff", stroke=BOX_EDGE,
+                         dash="3 2", rx=3)
+                continue
+            pos = held[-1]
+            new = pos == t
+            svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill=HOT if new else ACCENT,
+                     stroke=HOT_EDGE if new else ACCENT_EDGE, rx=3, width=1.6)
+            svg.text(x + mw / 2, y + 21, str(pos), size=14, family=MONO,
+                     weight="bold" if new else "normal")
+    ly = top + L * rh + 20
+    legend = [(HOT, HOT_EDGE, "written now"), (ACCENT, ACCENT_EDGE, "read"),
+              ("#f9fafb", BOX_EDGE, "held, not read")]
+    for k, (fill, edge, label) in enumerate(legend):
+        x = sx - 40 + k * 130
+        svg.rect(x, ly, 14, 14, fill=fill, stroke=edge, rx=2)
+        svg.text(x + 20, ly + 12, label, size=13, anchor="start")
+    svg.text(sx - 40, ly + 40, f"each query reads the last {W} positions, itself included",
+             size=13, anchor="start")
+    return svg
+
+
+# --- (i) multi-head latent attention, chapter 18 -------------------------------------------------
+
+@dataclass(frozen=True)
+class LatentPicture:
+    """The chapter's MultiHeadLatentAttention on the running example, as mha_lib runs it."""
+
+    d_model: int
+    heads: int
+    head_dim: int
+    latent: int
+    rope: int
+    layers: dict                     # layer name -> (in, out) features
+    cached_keys: tuple[int, ...]     # the rotary keys the cache holds
+    cached_values: tuple[int, ...]   # the latents the cache holds
+    per_token: dict                  # design -> numbers cached per token and layer
+
+
+def latent_picture(d_model: int = 8, heads: int = 4, latent: int = 3,
+                   rope: int = 2) -> LatentPicture:
+    """Build chapter 18's ``MultiHeadLatentAttention(8, 4, kv_latent_dim=3, rope_dim=2)``,
+    check that the absorbed form equals the explicit one and that a cached decode gives
+    the causal forward, and count what each design caches per token by decoding the
+    running example into a KVCache."""
+    import mha_lib
+
+    _, ids, embedded, x, _ = example(d_model, heads)
+    tokens = embedded.detach()  # (B, L, d_model): MLA's positions come from its rotary part
+    torch.manual_seed(1)
+    mla = mha_lib.MultiHeadLatentAttention(d_model, heads, kv_latent_dim=latent,
+                                          rope_dim=rope).eval()
+    with torch.no_grad():
+        out, _ = mla(tokens, is_causal=True)
+        absorbed, _ = mla(tokens, is_causal=True, absorb=True)
+        torch.testing.assert_close(absorbed, out, atol=1e-6, rtol=0)
+        cache = mha_lib.KVCache()
+        steps = [mla(tokens[:, t:t + 1], cache=cache, absorb=True)[0]
+                 for t in range(tokens.size(1))]
+        torch.testing.assert_close(torch.cat(steps, dim=1), out, atol=1e-6, rtol=0)
+    B, L = ids.shape
+    per_token = {}
+    for name, kv in (("multi-head", heads), (f"grouped-query, {heads // 2} kv heads",
+                                             heads // 2), ("multi-query", 1)):
+        torch.manual_seed(1)
+        m = mha_lib.GroupedQueryAttention(d_model, heads, kv).eval()
+        other = mha_lib.KVCache()
+        with torch.no_grad():
+            m(x, cache=other, is_causal=True)
+        per_token[name] = other.nbytes // (B * L * 4)
+    per_token["latent (MLA)"] = cache.nbytes // (B * L * 4)
+    layers = {name: (mod.in_features, mod.out_features) for name, mod in (
+        ("q_proj", mla.q_proj), ("q_rope_proj", mla.q_rope_proj),
+        ("kv_down", mla.kv_down), ("k_rope_proj", mla.k_rope_proj),
+        ("k_up", mla.k_up), ("v_up", mla.v_up), ("out_proj", mla.out_proj))}
+    return LatentPicture(d_model, heads, mla.head_dim, latent, rope, layers,
+                         tuple(cache.keys[0].shape), tuple(cache.values[0].shape),
+                         per_token)
+
+
+def latent_attention(p: LatentPicture) -> Svg:
+    H, D, C, R = p.heads, p.head_dim, p.latent, p.rope
+    lay = p.layers
+    sizes = "; ".join(f"{k}: {v}" for k, v in p.per_token.items())
+    desc = (
+        f"Multi-head latent attention on the running example: d_model = {p.d_model}, H = "
+        f"{H} heads of D = {D}, a latent of C = {C}, a rotary part of R = {R}. (a) "
+        f"Explicit: the token x_t is projected to the content queries q^C ({H} heads of "
+        f"{D}, q_proj {lay['q_proj'][0]} to {lay['q_proj'][1]}), the rotary queries q^R "
+        f"(q_rope_proj, then rotated at position t), the latent c_t (kv_down, "
+        f"{lay['kv_down'][0]} to {C}) and one rotary key k^R_t shared by all heads "
+        f"(k_rope_proj, {lay['k_rope_proj'][0]} to {R}, rotated). Only c_t and k^R_t are "
+        f"cached: the cache holds the rotary keys {fmt(p.cached_keys)} and the latents "
+        f"{fmt(p.cached_values)}. Each head rebuilds its keys k^C = W_UK c (k_up, {C} to "
+        f"{lay['k_up'][1]}) and values v = W_UV c (v_up); its score is (q^C . k^C + q^R . "
+        f"k^R) / sqrt(D + R); its output is the weighted sum of its values; W_O maps the "
+        f"{H} heads back to {p.d_model}. (b) Absorbed: the same scores in another order. "
+        f"W_UK moves to the query side, W_UK^T q^C, a latent query of {C} numbers, "
+        f"joined by q^R: {C + R} numbers. Every head attends over the cache as it lies, "
+        f"keys [c_j; k^R_j] of {C + R} numbers and values c_j, one key/value head for all "
+        f"{H} query heads (multi-query attention of width C + R). The weighted sum of "
+        f"latents ({C} numbers per head) goes through W_UV^(h), which folds into W_O. "
+        f"Numbers cached per token and layer: {sizes}.")
+    svg = Svg(646, "Multi-head latent attention: projections, the absorbed form, and "
+              "the cache per token", desc)
+    svg.text(WIDTH / 2, 22, f"Multi-head latent attention: d_model = {p.d_model}, "
+             f"H = {H}, D = {D}, latent C = {C}, rotary R = {R}", size=15, weight="bold")
+
+    def box(x, y, w, h, lines, fill=BOX, edge=BOX_EDGE):
+        """A box with lines (text, weight, size) centred in it."""
+        svg.rect(x, y, w, h, fill=fill, stroke=edge, rx=5,
+                 width=1.6 if edge != BOX_EDGE else 1.2)
+        heights = [size + 5 for _, _, size in lines]
+        yy = y + (h - sum(heights)) / 2
+        for (text, weight, size), step in zip(lines, heights, strict=True):
+            yy += step
+            svg.text(x + w / 2, yy - 4, text, size=size, weight=weight,
+                     fill=INK if weight == "bold" else MUTED)
+
+    # (a) as trained
+    svg.text(14, 50, "(a) Explicit: every head's keys and values rebuilt from the "
+             "cached latent", size=13.5, weight="bold", anchor="start")
+    rows, bh = [64, 112, 160, 208, 256], 38
+    box(14, rows[0], 58, rows[-1] + bh - rows[0], [("x_{t}", "bold", 14),
+                                                     (f"({p.d_model})", "normal", 13)])
+    bx, bw = 94, 120
+    proj = [
+        (0, "W_{Q}", f"q_proj {lay['q_proj'][0]}\u2192{lay['q_proj'][1]}"),
+        (1, "W_{QR}, rope_{t}", f"q_rope_proj {lay['q_rope_proj'][0]}\u2192"
+         f"{lay['q_rope_proj'][1]}"),
+        (2, "W_{DKV}", f"kv_down {lay['kv_down'][0]}\u2192{lay['kv_down'][1]}"),
+        (4, "W_{KR}, rope_{t}", f"k_rope_proj {lay['k_rope_proj'][0]}\u2192"
+         f"{lay['k_rope_proj'][1]}"),
+    ]
+    cx_, cw = 236, 96
+    results = {0: ("q^{C}", f"{H} heads of {D}", False),
+               1: ("q^{R}", f"{H} heads of {R}", False),
+               2: (f"c_{{t}}  ({C})", "cached", True),
+               4: (f"k^{{R}}_{{t}}  ({R})", "cached, shared", True)}
+    for r, name, note in proj:
+        y = rows[r]
+        svg.line(72, y + bh / 2, bx - 2, y + bh / 2)
+        box(bx, y, bw, bh, [(name, "bold", 13), (note, "normal", 11.5)])
+        svg.line(bx + bw, y + bh / 2, cx_ - 2, y + bh / 2)
+        text, note2, cached = results[r]
+        box(cx_, y, cw, bh, [(text, "bold", 13), (note2, "normal", 11.5)],
+            fill=GREEN if cached else ACCENT, edge=GREEN_EDGE if cached else ACCENT_EDGE)
+    # Up-projections from the latent.
+    ux, uw = 356, 100
+    kx, kw = 478, 90
+    for r, name, note, out in ((2, "W_{UK}", f"k_up {C}\u2192{lay['k_up'][1]}",
+                                "k^{C}"),
+                               (3, "W_{UV}", f"v_up {C}\u2192{lay['v_up'][1]}",
+                                "v")):
+        y = rows[r]
+        if r == 2:
+            svg.line(cx_ + cw, y + bh / 2, ux - 2, y + bh / 2)
+        else:
+            svg.path(f"M {cx_ + cw + 10:g} {rows[2] + bh / 2:g} V {y + bh / 2:g} "
+                     f"H {ux - 2:g}")
+        box(ux, y, uw, bh, [(name, "bold", 13), (note, "normal", 11.5)])
+        svg.line(ux + uw, y + bh / 2, kx - 2, y + bh / 2)
+        box(kx, y, kw, bh, [(out, "bold", 13), (f"{H} heads of {D}", "normal", 11.5)],
+            fill=ACCENT, edge=ACCENT_EDGE)
+    # Attention per head.
+    ax, aw = 592, 146
+    svg.rect(ax, rows[0], aw, rows[-1] + bh - rows[0], fill=ACCENT, stroke=ACCENT_EDGE,
+             width=1.6, rx=5)
+    att = [("each head h:", "bold"), ("s = q^{C}\u00b7k^{C} + q^{R}\u00b7k^{R}", "normal"),
+           ("over \u221a(D + R)", "normal"), ("o_{h} = \u03a3 softmax(s) v", "normal"),
+           ("y = W_{O} [o_{1}; \u2026; o_{4}]", "normal"), (f"({p.d_model})", "normal")]
+    for k, (text, weight) in enumerate(att):
+        svg.text(ax + aw / 2, rows[0] + 38 + 33 * k, text, size=13, weight=weight)
+    for r in (0, 1):
+        svg.line(cx_ + cw, rows[r] + bh / 2, ax - 2, rows[r] + bh / 2)
+    for r in (2, 3):
+        svg.line(kx + kw, rows[r] + bh / 2, ax - 2, rows[r] + bh / 2)
+    svg.line(cx_ + cw, rows[4] + bh / 2, ax - 2, rows[4] + bh / 2)
+    # (b) absorbed
+    top = 328
+    svg.line(12, top - 18, WIDTH - 12, top - 18, arrow=False, stroke=BOX_EDGE, width=1,
+             dash="5 4")
+    svg.text(14, top + 4, "(b) Absorbed: the same scores, per head h, over the cache as it "
+             "lies", size=13.5, weight="bold", anchor="start")
+    y, h = top + 22, 66
+    steps = [
+        (14, 84, [(f"q^{{C}} ({D})", "bold", 13), (f"q^{{R}} ({R})", "bold", 13)],
+         ACCENT, ACCENT_EDGE),
+        (120, 130, [("W_{UK}^{T} q^{C}", "bold", 13), (f"({C}), joined by q^{{R}}:",
+                                                     "normal", 12),
+                    (f"{C} + {R} = {C + R} numbers", "normal", 12)],
+         ACCENT, ACCENT_EDGE),
+        (272, 150, [("attend", "bold", 13), (f"keys [c_{{j}}; k^{{R}}_{{j}}] ({C + R})",
+                                             "normal", 12),
+                    (f"values c_{{j}} ({C})", "normal", 12)], ACCENT, ACCENT_EDGE),
+        (444, 118, [("\u03a3_{j} w_{j} c_{j}", "bold", 13), (f"({C} numbers)", "normal",
+                                                            12)],
+         ACCENT, ACCENT_EDGE),
+        (584, 154, [("W_{O} W_{UV}^{(h)}", "bold", 13),
+                    (f"{p.d_model}\u00d7{C} per head,", "normal", 12),
+                    (f"folded once \u2192 y ({p.d_model})", "normal", 12)],
+         ACCENT, ACCENT_EDGE),
+    ]
+    for k, (x, w, lines, fill, edge) in enumerate(steps):
+        box(x, y, w, h, lines, fill=fill, edge=edge)
+        if k:
+            px = steps[k - 1][0] + steps[k - 1][1]
+            svg.line(px, y + h / 2, x - 2, y + h / 2)
+    cx0, cy0 = 272, y + h + 24
+    box(cx0, cy0, 150, 50, [("the cache, read as is", "bold", 12.5),
+                            (f"{fmt(p.cached_values)} c", "normal", 11.5),
+                            (f"{fmt(p.cached_keys)} k^{{R}}", "normal", 11.5)],
+        fill=GREEN, edge=GREEN_EDGE)
+    svg.line(cx0 + 75, cy0, cx0 + 75, y + h + 2)
+    svg.text(14, cy0 + 14, f"all {H} query heads read", size=12.5, anchor="start")
+    svg.text(14, cy0 + 31, "one key head: multi-query", size=12.5, anchor="start")
+    svg.text(14, cy0 + 48, "attention of width C + R", size=12.5, anchor="start")
+    svg.text(444, cy0 + 14, "scale 1/\u221a(D + R), as in (a);", size=12.5,
+             anchor="start")
+    svg.text(444, cy0 + 31, "the output equals (a)'s", size=12.5, anchor="start")
+    svg.text(444, cy0 + 48, "within 1e-6", size=12.5, anchor="start")
+    # Cache per token.
+    base = cy0 + 86
+    svg.line(12, base - 20, WIDTH - 12, base - 20, arrow=False, stroke=BOX_EDGE, width=1,
+             dash="5 4")
+    svg.text(14, base, "Numbers cached per token and layer (running example):",
+             size=13.5, weight="bold", anchor="start")
+    unit, lx = 14, 300
+    for k, (name, n) in enumerate(sorted(p.per_token.items(), key=lambda kv: -kv[1])):
+        by = base + 12 + 24 * k
+        latent_row = name.startswith("latent")
+        svg.text(lx - 10, by + 13, name, size=12.5, anchor="end",
+                 weight="bold" if latent_row else "normal")
+        svg.rect(lx, by, n * unit, 17, fill=GREEN if latent_row else BOX,
+                 stroke=GREEN_EDGE if latent_row else BOX_EDGE, rx=2)
+        what = "C + R" if latent_row else "2 H_{kv} D"
+        svg.text(lx + n * unit + 8, by + 13, f"{n}  ({what})", size=12.5, anchor="start",
+                 weight="bold" if latent_row else "normal")
     return svg
 
 
@@ -456,7 +1446,13 @@ def figures() -> dict[str, str]:
     """Every figure: file name -> SVG text."""
     s = running_example()
     out = {"pipeline.svg": pipeline(s).render(), "multi_head.svg": multi_head(s).render(),
-           "transformer_block.svg": block(s).render()}
+           "transformer_block.svg": block(s).render(),
+           "tiling.svg": tiling(online_softmax()).render(),
+           "kv_cache.svg": kv_cache(cache_step()).render(),
+           "gqa.svg": gqa([grouping(4), grouping(2), grouping(1)]).render(),
+           "rope_pairs.svg": rope(rotary_picture()).render(),
+           "window_cache.svg": window_cache(window_picture()).render(),
+           "latent.svg": latent_attention(latent_picture()).render()}
     for chapter in CHAPTERS:
         out[f"strip_{chapter:02d}.svg"] = strip(chapter, s).render()
     return out
