@@ -82,7 +82,7 @@ def heatmaps(
     num = weights.size(0)
     cols = num if num <= 3 else 2
     rows = -(-num // cols)
-    width = COLUMN_INCHES
+    width = COLUMN_INCHES - 0.15  # the colour bar's label and tight bounding box
     height = min(width / cols, 3.4) * rows
     fig, axes = plt.subplots(rows, cols, figsize=(width, height),
                              squeeze=False, layout="constrained")

@@ -16,6 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _load():
+    # as in the build, where Sphinx puts _ext/ on sys.path (book_links imports notebook_forms)
+    if str(REPO / "_ext") not in sys.path:
+        sys.path.insert(0, str(REPO / "_ext"))
     spec = importlib.util.spec_from_file_location("book_links", REPO / "_ext" / "book_links.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
