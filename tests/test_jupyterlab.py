@@ -43,6 +43,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--port=18765",
          "--port-retries=50", "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=",
+         "--allow-root",
          "--ServerApp.password=", f"--ServerApp.root_dir={root / 'book'}",
          f"--LabApp.user_settings_dir={root / 'user-settings'}",
          f"--LabApp.app_settings_dir={settings}"],
