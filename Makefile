@@ -5,6 +5,7 @@
 #   make test-portable  nbval again under other kernels and threads (as another CPU would)
 #   make execute        re-run book/**/*.ipynb in place (after a library change); NB=one.ipynb
 #   make front-matter   give the notebooks their stored form (BOOK_REPOSITORY to publish)
+#   make figures        redraw the diagrams (SVG, their PNG copies) and embed them
 #   make lab            add JupyterLab (and its MyST renderer) to .venv and open the chapters
 #   make test-jupyterlab  the chapters in JupyterLab with that renderer, in Chromium
 #   make lint           ruff over mha_lib, tests and _ext; actionlint over the workflows
@@ -31,10 +32,10 @@ unexport MPLBACKEND
 JB_BUILD := $(BIN)/jupyter-book build . -W -n --keep-going --all
 PYTEST   := $(BIN)/pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: help setup book test test-portable test-jupyterlab execute front-matter lab lint clean chromium
+.PHONY: help setup book test test-portable test-jupyterlab execute front-matter figures lab lint clean chromium
 
 help:
-	@sed -n '3,12p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '3,13p' Makefile | sed 's/^# \{0,1\}//'
 
 # --- set-up -----------------------------------------------------------------------
 # Create the venv if missing, (re)install when requirements.txt or pyproject.toml change.
@@ -102,6 +103,13 @@ execute: $(STAMP)
 
 front-matter: $(STAMP)
 	$(PY) tests/front_matter.py $(NB)
+
+# The diagrams: SVG from the running example, their PNG copies (which the notebooks carry
+# as attachments), then the notebooks' stored form (it embeds the new copies).
+figures: $(STAMP)
+	$(PY) book/figures/make_figures.py
+	$(PY) book/figures/rasterize.py
+	$(PY) tests/front_matter.py
 
 # JupyterLab is the readers' tool, not the tests': installed on demand, with its MyST
 # renderer, at the versions of requirements-notebooks.txt, so `make test` does not pay for it.

@@ -10,8 +10,9 @@ Markdown** that reads well everywhere, and converted for the book at build time:
   - the first code cell checks for ``mha_lib`` and, when it is missing, says what to
     install (on Colab it installs it from the repository, when one is set);
   - under the title, a short install note, and for chapters 1-11 the "you are here" strip;
-  - every figure ``figures/NAME.svg`` is embedded as a cell attachment
-    (``attachment:NAME.svg``), so a notebook on its own still shows it;
+  - every figure ``figures/NAME.svg`` is embedded as a cell attachment, its PNG copy
+    ``attachment:NAME.png`` (``book/figures/rasterize.py``; JupyterLab shows PNG
+    attachments, not SVG ones), so a notebook on its own still shows it;
   - an exercise is a Markdown cell that starts ``### Exercise N.k: title`` (its label in
     the cell's metadata, ``mha_book.exercise``); its solution starts at a cell
     ``#### Solution to Exercise N.k`` (``mha_book.solution``), folded in JupyterLab and
@@ -24,7 +25,7 @@ Markdown** that reads well everywhere, and converted for the book at build time:
 
 * **book** (:func:`to_myst`, at Sphinx's ``source-read``): exercises become
   sphinx-exercise's ``{exercise}``, solutions ``{solution-start}``/``{solution-end}``
-  dropdowns, citation links ``{cite:t}``/``{cite:p}`` roles, attachments the figure files.
+  dropdowns, citation links ``{cite:t}``/``{cite:p}`` roles, attachments the SVG files.
 
 * **download** (:func:`standalone`, written over the book's ``_sources/*.ipynb``): the
   stored form stamped with the build's repository, with links to other chapters pointing
@@ -69,9 +70,9 @@ JUPYTERLAB_COLLAPSED = "jp-MarkdownHeadingCollapsed"
 
 EXERCISE_HEAD_RE = re.compile(r"^### Exercise (?P<number>[\w.]*): (?P<title>[^\n]*)\n?")
 SOLUTION_HEAD_RE = re.compile(r"^#### Solution to Exercise [\w.]*[ \t]*\n?")
-STRIP_RE = re.compile(r"^!\[[^\n]*\]\(attachment:strip_\d+\.svg\)[ \t]*$")
-FIGURE_RE = re.compile(r"(!\[[^\]\n]*\]\()figures/([\w.-]+\.svg)\)")
-ATTACHMENT_RE = re.compile(r"(!\[[^\]\n]*\]\()attachment:([\w.-]+\.svg)\)")
+STRIP_RE = re.compile(r"^!\[[^\n]*\]\(attachment:strip_\d+\.png\)[ \t]*$")
+FIGURE_RE = re.compile(r"(!\[[^\]\n]*\]\()figures/([\w-]+)\.svg\)")
+ATTACHMENT_RE = re.compile(r"(!\[[^\]\n]*\]\()attachment:([\w-]+)\.(?:svg|png)\)")
 CITE_LINK = r"\[[^\]\n]+\]\(references\.md#[\w-]+\)"
 CITE_ONE_RE = re.compile(r"\[(?P<text>[^\]\n]+)\]\(references\.md#(?P<key>[\w-]+)\)")
 CITE_P_RE = re.compile(rf"\((?P<links>{CITE_LINK}(?:; {CITE_LINK})*)\)")
@@ -211,7 +212,7 @@ def strip_line(chapter: int) -> str | None:
         figures = _figures_module()
         if chapter in figures.CHAPTERS:
             alt = figures.strip_alt(chapter).replace("[", "(").replace("]", ")")
-            _STRIPS[chapter] = f"![{alt}](attachment:strip_{chapter:02d}.svg)"
+            _STRIPS[chapter] = f"![{alt}](attachment:strip_{chapter:02d}.png)"
         else:
             _STRIPS[chapter] = None
     return _STRIPS[chapter]
@@ -221,7 +222,8 @@ def _head_source(source: str, repo: str | None, chapter: int | None) -> str:
     lines = source.split("\n")
     kept, i = [], 0
     while i < len(lines):  # drop a strip or an install note put there before
-        if STRIP_RE.match(lines[i]) or re.match(r"^!\[[^\n]*\]\(figures/strip_", lines[i]):
+        if re.match(r"^!\[[^\n]*\]\((?:figures/|attachment:)strip_\d+\.(?:svg|png)\)",
+                    lines[i]):
             i += 1
         elif lines[i].startswith((NOTE_FIRST, OLD_NOTE_FIRST)):
             while i < len(lines) and lines[i].startswith(">"):
@@ -243,17 +245,19 @@ def _head_source(source: str, repo: str | None, chapter: int | None) -> str:
 
 
 def _attach_figures(cell: nbformat.NotebookNode) -> None:
-    """``figures/NAME.svg`` images become attachments; attachments match the files."""
+    """``figures/NAME.svg`` images become the attachment ``NAME.png``, the SVG's PNG copy."""
     if cell.cell_type != "markdown":
         return
-    cell.source = FIGURE_RE.sub(r"\1attachment:\2)", cell.source)
-    names = ATTACHMENT_RE.findall(cell.source)
+    cell.source = FIGURE_RE.sub(r"\1attachment:\2.png)", cell.source)
+    cell.source = ATTACHMENT_RE.sub(r"\1attachment:\2.png)", cell.source)
+    names = [name for _, name in ATTACHMENT_RE.findall(cell.source)]
     if not names:
         cell.pop("attachments", None)
         return
     cell.attachments = {
-        name: {"image/svg+xml": base64.b64encode((FIGURES / name).read_bytes()).decode()}
-        for _, name in names}
+        f"{name}.png": {"image/png": base64.b64encode(
+            (FIGURES / f"{name}.png").read_bytes()).decode()}
+        for name in names}
 
 
 def exercise_label(cell: nbformat.NotebookNode) -> str | None:
@@ -381,7 +385,7 @@ def to_myst(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
                 body = SOLUTION_HEAD_RE.sub("", cell.source, count=1).strip("\n")
                 cell.source = f"```{{solution-start}} {label}\n:class: dropdown\n```\n{body}"
                 open_solution = label
-            cell.source = cite_roles(ATTACHMENT_RE.sub(r"\1figures/\2)", cell.source))
+            cell.source = cite_roles(ATTACHMENT_RE.sub(r"\1figures/\2.svg)", cell.source))
             cell.pop("attachments", None)
         out.append(cell)
     close()

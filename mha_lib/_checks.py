@@ -3,9 +3,11 @@
 
 The checks read shapes, dtypes and devices, which a compiler knows while it
 traces. The one check that needs the numbers inside a tensor (a float mask
-of only 0s and 1s) is skipped while ``torch.compile`` or ``torch.export``
-traces the code: a value is not known then, and asking for it would break
-the graph. Eager calls, where mistakes are made and debugged, still run it.
+of only 0s and 1s) cannot run while ``torch.compile`` or ``torch.export``
+traces the code, nor under ``torch.func.vmap``: a value is not known then,
+and asking for it would break the graph. There it is skipped, and a
+``UserWarning`` says so (once per compilation, not once per call); eager
+calls, where mistakes are made and debugged, run it.
 
 This private module imports nothing from the package, so every layer may use
 it.
@@ -13,13 +15,17 @@ it.
 
 from __future__ import annotations
 
+import math
+import warnings
 from collections.abc import Sequence
 
 import torch
+from torch import nn
 
 __all__ = ["check_tensor", "check_mask", "check_positive_int",
-           "check_probability", "check_dtype", "check_device", "shape_str",
-           "tracing"]
+           "check_probability", "check_dropout", "check_base",
+           "check_dtype", "check_device", "check_module_dtype",
+           "check_flags", "shape_str", "tracing"]
 
 
 def tracing() -> bool:
@@ -99,21 +105,73 @@ def check_mask(mask: object, target: Sequence[int], letters: str,
     if broadcast != tuple(target):
         raise ValueError(f"mask: expected a shape broadcastable to "
                          f"({named}), got {shape_str(mask.shape)}")
-    if (mask.is_floating_point() and mask.numel() and not tracing()
-            and bool(((mask == 0) | (mask == 1)).all())
-            and bool((mask == 1).any())):
+    if mask.is_floating_point() and mask.numel():
+        _check_float_mask_values(mask)
+    return mask
+
+
+def _check_float_mask_values(mask: torch.Tensor) -> None:
+    """Refuse a float mask of only 0s and 1s; where its values cannot be
+    read (while compiling or exporting, under ``vmap``), warn instead."""
+    if tracing():
+        _unchecked_mask_warning("torch.compile or torch.export traces")
+        return
+    try:
+        only_0_1 = (bool(((mask == 0) | (mask == 1)).all())
+                    and bool((mask == 1).any()))
+    except RuntimeError:  # torch.func.vmap: a value is not one bool
+        _unchecked_mask_warning("torch.func.vmap maps")
+        return
+    if only_0_1:
         raise ValueError("mask: expected a bool mask (True = may attend) "
                          "or a float mask to add to the scores (0 = keep, "
                          "-inf = block), got a float mask of only 0s and "
                          "1s; for a keep (1) / drop (0) mask pass "
                          "mask.bool()")
-    return mask
+
+
+@torch.compiler.assume_constant_result
+def _unchecked_mask_warning(where: str) -> bool:
+    """Run once while a compiler traces (it takes the result as a
+    constant), so the warning comes once per compilation."""
+    warnings.warn(
+        f"mask: a float mask is added to the scores as given; while "
+        f"{where} the code, its values cannot be read, so a float mask of "
+        f"only 0s and 1s (a keep/drop mask, which an eager call refuses) "
+        f"is not caught: pass a bool mask (True = may attend) for "
+        f"keep/drop", UserWarning, stacklevel=2)
+    return True
 
 
 def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name}: expected a positive int, got {value!r}")
     return value
+
+
+def check_dropout(name: str, value: object) -> float:
+    """A dropout probability of a module: a number in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not 0.0 <= value < 1.0:
+        raise ValueError(f"{name}: expected a probability in [0, 1), "
+                         f"got {value!r}")
+    return value
+
+
+def check_base(name: str, value: object) -> float:
+    """The base of rotary frequencies: a finite number > 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 1:
+        raise ValueError(f"{name}: expected a finite number > 1, "
+                         f"got {value!r}")
+    return value
+
+
+def check_flags(**flags: object) -> None:
+    """Each keyword is a bool."""
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {flag!r}")
 
 
 def check_probability(name: str, value: object) -> float:
@@ -142,4 +200,27 @@ def check_device(name: str, x: torch.Tensor, device: torch.device,
     if x.device != device:
         raise ValueError(f"{name}: expected a tensor on {device} "
                          f"({whose}), got one on {x.device}")
+    return x
+
+
+def check_module_dtype(name: str, x: torch.Tensor, module: nn.Module
+                       ) -> torch.Tensor:
+    """``x`` in the dtype of ``module``'s floating-point parameters (the
+    first one found), which its layers would otherwise refuse with a
+    message naming no argument. Skipped under autocast, which casts the
+    inputs of each layer itself, and for a module with no floating-point
+    parameter (all its layers quantized, say)."""
+    device = x.device.type
+    if torch.amp.is_autocast_available(device) \
+            and torch.is_autocast_enabled(device):
+        return x
+    for p in module.parameters():
+        if p.is_floating_point():
+            if x.dtype != p.dtype:
+                raise TypeError(
+                    f"{name}: expected dtype {p.dtype} (the module's "
+                    f"parameters), got {x.dtype}; convert the input "
+                    f"(x.to({p.dtype})) or the module "
+                    f"(module.to({x.dtype}))")
+            break
     return x

@@ -11,7 +11,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import (
+    check_module_dtype,
+    check_positive_int,
+    check_tensor,
+)
 from mha_lib.cache import KVCache, LayerCache
 from mha_lib.gqa import GroupedQueryAttention
 from mha_lib.mha import MultiHeadAttention
@@ -115,6 +119,7 @@ class TransformerBlock(nn.Module):
                 (chapter 14).
         """
         check_tensor("x", x, ("B", "L", self.d_model))
+        check_module_dtype("x", x, self)
         if self.norm_first:  # pre-norm: x + f(LN(x))
             attended, weights = self.attn(
                 self.norm1(x), mask=mask, need_weights=need_weights,

@@ -18,13 +18,27 @@ the memory stays flat however long the decode.
 
 from __future__ import annotations
 
-import weakref
+import uuid
+from collections.abc import Sequence
 
 import torch
 
 from mha_lib._checks import check_positive_int, check_tensor, shape_str
 
-__all__ = ["KVCache", "LayerCache"]
+__all__ = ["KVCache", "LayerCache", "as_layer_cache", "writer_id"]
+
+_WRITER_ID = "_kv_cache_writer_id"
+
+
+def writer_id(module: object) -> str:
+    """The id a cache knows ``module`` by: made the first time the module
+    writes to a cache and kept in its ``__dict__``, so copies of the module
+    (``copy.deepcopy``, ``pickle``, ``torch.save``) carry it, and a new
+    module (even one built again from the same code) has another."""
+    state = vars(module)
+    if _WRITER_ID not in state:
+        state[_WRITER_ID] = uuid.uuid4().hex
+    return state[_WRITER_ID]
 
 
 class _Layer:
@@ -37,11 +51,23 @@ class _Layer:
         self.start = 0
         self.end = 0
         self.seen = 0  # positions ever appended (the next token's position)
-        self.owner: weakref.ref | None = None  # the module that writes here
+        self.owner: str | None = None  # writer_id of the writing module
+        self.owner_name = ""  # its class, for messages
 
     @property
     def kept(self) -> int:
         return self.end - self.start
+
+
+class ReadOnlyLayers(tuple):
+    """``KVCache.keys`` and ``.values``: one tensor (or None) per layer,
+    as a tuple that says how to change the cache when assigned to."""
+
+    def __setitem__(self, index: object, value: object) -> None:
+        raise TypeError("cache.keys and cache.values are read-only views "
+                        "of the cache: use cache.reorder(indices) to pick "
+                        "or repeat sequences (beam search), cache.reset() "
+                        "to start over, or update() to append")
 
 
 class KVCache:
@@ -51,7 +77,14 @@ class KVCache:
     attention module as ``cache=``; a module may take a one-layer
     ``KVCache`` whole. Each layer remembers the module that first wrote to
     it and refuses any other, so one cache cannot silently mix two
-    modules' keys. Derived in chapter 14.
+    modules' keys. The module is remembered by an id it carries
+    (``mha_lib.cache.writer_id``), not by a reference: a module built anew
+    (a notebook cell run again) is another module, while a copy of the
+    writer (``copy.deepcopy((model, cache))``, ``pickle``, ``torch.save``)
+    is the same one and may go on. A cache pickles and deep-copies with its
+    contents, and ``torch.load(path, weights_only=True)`` reads a saved one
+    inside ``torch.serialization.safe_globals([KVCache])``. Derived in
+    chapter 14.
 
     Args:
         num_layers: How many attention layers the cache serves.
@@ -59,10 +92,15 @@ class KVCache:
             (sliding-window attention: with the next token, ``window``
             keys); ``None`` keeps every position.
         keep_graph: Keep the autograd graph of the cached keys and values
-            (for backpropagating through a cached decode). By default they
-            are detached: the cache holds numbers, not the graph that made
-            them; the keys and values of the current call still get
-            gradients.
+            (for backpropagating through a cached decode into the layers
+            that made past keys). By default they are detached: the cache
+            holds numbers, not the graph that made them; the keys and
+            values of the current call still get gradients, and so do the
+            queries of every call (training ``q_proj`` through a cached
+            decode needs no ``keep_graph``). With gradients enabled each
+            call returns new tensors; under ``torch.no_grad`` or
+            ``torch.inference_mode`` (decoding for speed), views of the
+            storage.
     """
 
     def __init__(self, num_layers: int = 1, window: int | None = None,
@@ -93,15 +131,24 @@ class KVCache:
         return self._layers[0].kept
 
     @property
-    def keys(self) -> list[torch.Tensor | None]:
-        """Each layer's kept keys ``(B, H_kv, L, D)``, or None if empty."""
-        return [self._view(s.keys, s) for s in self._layers]
+    def keys(self) -> Sequence[torch.Tensor | None]:
+        """Each layer's kept keys ``(B, H_kv, L, D)``, or None if empty: a
+        read-only tuple of views of the storage (see ``reorder``)."""
+        return ReadOnlyLayers(self._view(s.keys, s) for s in self._layers)
 
     @property
-    def values(self) -> list[torch.Tensor | None]:
+    def values(self) -> Sequence[torch.Tensor | None]:
         """Each layer's kept values ``(B, H_kv, L, Dv)``, or None if
-        empty."""
-        return [self._view(s.values, s) for s in self._layers]
+        empty: a read-only tuple of views of the storage."""
+        return ReadOnlyLayers(self._view(s.values, s)
+                              for s in self._layers)
+
+    @property
+    def batch_size(self) -> int | None:
+        """How many sequences the cache holds (None before the first
+        update)."""
+        state = self._layers[0]
+        return None if state.keys is None else state.keys.size(0)
 
     @property
     def nbytes(self) -> int:
@@ -130,6 +177,36 @@ class KVCache:
         self._layers = [_Layer() for _ in self._layers]
         return self
 
+    def reorder(self, indices: torch.Tensor) -> KVCache:
+        """Keep the sequences ``indices`` ``(B_new,)`` of the batch, in that
+        order, in every layer: sequence ``i`` of the reordered cache is
+        sequence ``indices[i]`` of this one. Beam search calls it after each
+        step with the beams it keeps (an index may repeat; ``B_new`` may
+        differ from ``B``). Returns self.
+
+        Args:
+            indices: Integer indices into the batch, on the cache's device.
+        """
+        check_tensor("indices", indices, ("B_new",), floating=False)
+        if indices.is_floating_point() or indices.is_complex() \
+                or indices.dtype == torch.bool:
+            raise TypeError(f"indices: expected an integer tensor, "
+                            f"got dtype {indices.dtype}")
+        batch = self.batch_size
+        if batch is not None and indices.numel() and (
+                int(indices.min()) < 0 or int(indices.max()) >= batch):
+            raise ValueError(
+                f"indices: expected indices into the cache's batch of "
+                f"{batch} sequences, in [0, {batch}), got values from "
+                f"{int(indices.min())} to {int(indices.max())}")
+        for state in self._layers:
+            if state.keys is not None:
+                state.keys = state.keys.index_select(
+                    0, indices.to(state.keys.device))  # (B_new, H_kv, ...)
+                state.values = state.values.index_select(
+                    0, indices.to(state.values.device))
+        return self
+
     def update(self, key: torch.Tensor, value: torch.Tensor, layer: int = 0,
                owner: object | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,7 +216,8 @@ class KVCache:
         ``(B, H_kv, L + N, Dv)``.
 
         ``owner`` is the attention module calling (the first one to write a
-        layer owns it; another one gets a ``ValueError``).
+        layer owns it, it or a copy of it; another one gets a
+        ``ValueError``).
         """
         state = self._layers[self.layer(layer).index]
         self._claim(state, layer, owner)
@@ -186,9 +264,11 @@ class KVCache:
         state.keys.narrow(2, end, new).copy_(key.detach())
         state.values.narrow(2, end, new).copy_(value.detach())
         state.end = end + new
-        if torch.is_grad_enabled() and (key.requires_grad
-                                        or value.requires_grad):
-            # Gradients flow to this call's keys and values, not the past.
+        if torch.is_grad_enabled():
+            # New tensors: autograd may keep what we return for the
+            # backward pass (to differentiate the queries, say), and the
+            # next call writes into the storage. Gradients flow to this
+            # call's keys and values, not the past ones.
             # The past keys (B, H_kv, L, D) and values (B, H_kv, L, Dv):
             past_k = state.keys.narrow(2, start, end - start)
             past_v = state.values.narrow(2, start, end - start)
@@ -227,15 +307,16 @@ class KVCache:
     def _claim(state: _Layer, layer: int, owner: object | None) -> None:
         if owner is None:
             return
-        current = state.owner() if state.owner is not None else None
-        if current is None:
-            state.owner = weakref.ref(owner)
-        elif current is not owner:
+        writer = writer_id(owner)
+        if state.owner is None:
+            state.owner, state.owner_name = writer, type(owner).__name__
+        elif state.owner != writer:
             raise ValueError(
                 f"cache: layer {layer} of this KVCache already holds the "
-                f"keys of another module ({type(current).__name__}); give "
-                f"each attention module its own layer, cache.layer(i), or "
-                f"call cache.reset() to start over")
+                f"keys of another module (a {state.owner_name}), which "
+                f"only it or a copy of it may go on; give each attention "
+                f"module its own layer, cache.layer(i), or call "
+                f"cache.reset() to start over")
 
     @staticmethod
     def _check_new(state: _Layer, key: torch.Tensor, value: torch.Tensor
@@ -250,6 +331,12 @@ class KVCache:
         if state.keys is None or state.kept == 0 and state.seen == 0:
             return
         past_k, past_v = state.keys, state.values
+        if key.size(0) != past_k.size(0):
+            raise ValueError(
+                f"cache: holds a batch of {past_k.size(0)} sequences, got "
+                f"a call with a batch of {key.size(0)}; use a new KVCache "
+                f"(or cache.reset()) for another batch, or "
+                f"cache.reorder(indices) to pick or repeat sequences")
         want = (past_k.size(0), past_k.size(1), "N", past_k.size(3))
         if (key.size(0), key.size(1), key.size(3)) != \
                 (past_k.size(0), past_k.size(1), past_k.size(3)) \
@@ -261,10 +348,43 @@ class KVCache:
                 f"cache), got shape {shape_str(key.shape)}, dtype "
                 f"{key.dtype} and device {key.device}")
 
+    def __getstate__(self) -> dict:
+        """Plain data, tensors, numbers and strings, for pickle, deepcopy
+        and ``torch.load(weights_only=True)`` (which then needs to allow
+        only ``KVCache`` itself)."""
+        state = dict(vars(self))
+        state["_layers"] = [dict(vars(s)) for s in self._layers]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        layers = []
+        for fields in state["_layers"]:
+            layer = _Layer()
+            vars(layer).update(fields)
+            layers.append(layer)
+        vars(self).update(state)
+        self._layers = layers
+
     def __repr__(self) -> str:
         window = "" if self.window is None else f", window={self.window}"
         return (f"KVCache(num_layers={self.num_layers}{window}, "
                 f"length={self.length}, nbytes={self.nbytes})")
+
+
+def as_layer_cache(cache: object) -> LayerCache | None:
+    """A module's ``cache=`` argument as one layer: a :class:`LayerCache`
+    as it is, a one-layer :class:`KVCache` as its layer 0, None as None."""
+    if cache is None or isinstance(cache, LayerCache):
+        return cache
+    if isinstance(cache, KVCache):
+        if cache.num_layers != 1:
+            raise ValueError(
+                f"cache: expected one layer's cache, cache.layer(i) for "
+                f"the module of layer i (or a KVCache(num_layers=1)), got "
+                f"a KVCache with {cache.num_layers} layers")
+        return cache.layer(0)
+    raise TypeError(f"cache: expected a KVCache or one of its layers, "
+                    f"got {type(cache).__name__}")
 
 
 class LayerCache:

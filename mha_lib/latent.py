@@ -16,11 +16,23 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mha_lib._checks import check_positive_int, check_tensor
+from mha_lib._checks import (
+    check_base,
+    check_dropout,
+    check_flags,
+    check_module_dtype,
+    check_positive_int,
+    check_tensor,
+)
 from mha_lib.attention import scaled_dot_product_attention
-from mha_lib.cache import KVCache, LayerCache
+from mha_lib.cache import KVCache, LayerCache, as_layer_cache
 from mha_lib.heads import merge_heads, split_heads
-from mha_lib.mha import MultiHeadAttention, check_call_mask, fused_sdpa
+from mha_lib.mha import (
+    check_call_mask,
+    fused_kernel,
+    kernel_dropout,
+    with_causal,
+)
 from mha_lib.rotary import apply_rotary
 
 __all__ = ["MultiHeadLatentAttention"]
@@ -39,6 +51,14 @@ class MultiHeadLatentAttention(nn.Module):
     ``cache=`` holds the rotary keys ``(B, 1, L, R)`` as its keys and the
     latents ``(B, 1, L, C)`` as its values. The queries' low-rank
     compression and the latent's RMSNorm of the paper are left out.
+
+    The rotary parts use :func:`~mha_lib.apply_rotary`'s "rotate half"
+    layout by default: features ``i`` and ``i + R/2`` form a pair.
+    DeepSeek's own inference code (complex numbers) pairs adjacent
+    features ``2i`` and ``2i + 1``: run weights made for it with
+    ``interleaved=True``, or permute the output rows of ``q_rope_proj``
+    and ``k_rope_proj`` as chapter 16 shows. Every layer is called, never
+    its weights read, on both paths and in both forms (``absorb``).
     Derived in chapter 18.
 
     Args:
@@ -53,41 +73,26 @@ class MultiHeadLatentAttention(nn.Module):
         bias: Whether ``q_proj``, ``q_rope_proj``, ``kv_down``,
             ``k_rope_proj`` and ``out_proj`` have biases.
         base: The base of the rotary frequencies.
+        interleaved: The rotary pair layout of
+            :func:`~mha_lib.apply_rotary`: adjacent features (True,
+            DeepSeek's checkpoints) or the two halves (False).
     """
 
     def __init__(self, d_model: int, num_heads: int, kv_latent_dim: int,
                  rope_dim: int, head_dim: int | None = None,
                  dropout: float = 0.0, bias: bool = False,
-                 base: float = 10000.0):
+                 base: float = 10000.0, interleaved: bool = False):
         super().__init__()
-        for name, value in (("d_model", d_model), ("num_heads", num_heads),
-                            ("kv_latent_dim", kv_latent_dim),
-                            ("rope_dim", rope_dim)):
-            check_positive_int(name, value)
-        if rope_dim % 2:
-            raise ValueError(f"rope_dim: expected an even int (rotary "
-                             f"pairs), got {rope_dim!r}")
-        if head_dim is None:
-            if d_model % num_heads:
-                raise ValueError(
-                    f"num_heads: expected a divisor of d_model={d_model} "
-                    f"(or pass head_dim), got num_heads={num_heads}")
-            head_dim = d_model // num_heads
-        check_positive_int("head_dim", head_dim)
-        if (isinstance(dropout, bool)
-                or not isinstance(dropout, (int, float))
-                or not 0.0 <= dropout < 1.0):
-            raise ValueError(f"dropout: expected a probability in [0, 1), "
-                             f"got {dropout!r}")
-        if isinstance(base, bool) or not isinstance(base, (int, float)) \
-                or base <= 1:
-            raise ValueError(f"base: expected a number > 1, got {base!r}")
+        head_dim = check_latent(d_model, num_heads, kv_latent_dim,
+                                rope_dim, head_dim, dropout, base,
+                                interleaved)
         self.d_model = d_model
         self.num_heads = num_heads
         self.kv_latent_dim = kv_latent_dim
         self.rope_dim = rope_dim
         self.head_dim = head_dim
         self.base = float(base)
+        self.interleaved = interleaved
         inner = num_heads * head_dim
         self.q_proj = nn.Linear(d_model, inner, bias=bias)
         self.q_rope_proj = nn.Linear(d_model, num_heads * rope_dim,
@@ -130,44 +135,75 @@ class MultiHeadLatentAttention(nn.Module):
             absorb: False rebuilds every head's keys and values from the
                 latents; True folds ``k_up`` into the queries and ``v_up``
                 into the output, attending over the latents directly (the
-                same result up to rounding).
+                same result up to rounding). The maps of ``k_up`` and
+                ``v_up`` are read by calling each layer once on the ``C``
+                basis vectors and zero (``C * C * H * D`` multiply-adds,
+                fewer than rebuilding the keys and values of more than
+                ``C`` cached tokens), so they must be affine in their
+                input: a plain, wrapped (LoRA), hooked, pruned,
+                parametrized or quantized linear layer is; a layer with a
+                nonlinear hook is not, and needs ``absorb=False``.
         """
         layer = self._check_inputs(x, mask, need_weights, is_causal, cache,
                                    absorb)
-        start = 0 if layer is None else layer.length
-        q_len = x.size(1)
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, Lq, D)
         q_rope = split_heads(self.q_rope_proj(x),
                              self.num_heads)  # (B, H, Lq, R)
         latent = self.kv_down(x).unsqueeze(1)  # (B, 1, Lq, C)
         k_rope = self.k_rope_proj(x).unsqueeze(1)  # (B, 1, Lq, R)
-        positions = torch.arange(start, start + q_len,
-                                 device=x.device)  # (Lq,)
-        q_rope = apply_rotary(q_rope, positions, self.base)
-        k_rope = apply_rotary(k_rope, positions, self.base)
-        if layer is not None:  # the cache holds only k_rope and the latent
-            # (B, 1, Lk, R), (B, 1, Lk, C):
-            k_rope, latent = layer.update(k_rope, latent, owner=self)
-        k_len = latent.size(2)
-        if is_causal:
-            mask = MultiHeadAttention._causal(mask, q_len, k_len, layer,
-                                              x.device)  # (..., Lq, Lk)
-        if mask is not None and mask.is_floating_point():
-            mask = mask.to(q.dtype)
+        # Positions, cache and causal mask (chapters 14, 16, 17):
+        q_rope, k_rope, latent, mask = self._in_sequence(
+            q_rope, k_rope, latent, mask, is_causal, layer)
         scale = (self.head_dim + self.rope_dim) ** -0.5
         if absorb:
             out, weights = self._absorbed(q, q_rope, latent, k_rope, mask,
                                           need_weights, scale)
         else:
-            # Every head's keys (B, H, Lk, D + R) and values (B, H, Lk, D):
-            keys = torch.cat([
-                split_heads(self.k_up(latent[:, 0]), self.num_heads),
-                k_rope.expand(-1, self.num_heads, -1, -1)], dim=-1)
-            values = split_heads(self.v_up(latent[:, 0]), self.num_heads)
-            queries = torch.cat([q, q_rope], dim=-1)  # (B, H, Lq, D + R)
-            out, weights = self._attend(queries, keys, values, mask,
-                                        need_weights, scale)
+            out, weights = self._rebuilt(q, q_rope, latent, k_rope, mask,
+                                         need_weights, scale)
         return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
+
+    def _in_sequence(self, q_rope: torch.Tensor, k_rope: torch.Tensor,
+                     latent: torch.Tensor, mask: torch.Tensor | None,
+                     is_causal: bool, layer: LayerCache | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                torch.Tensor | None]:
+        """Rotate the new tokens by their positions (chapter 16), append
+        their rotary keys and latents to the cache (chapter 14), restrict
+        the mask to the causal keys (chapters 7, 17). Returns ``q_rope``,
+        every kept rotary key ``(B, 1, Lk, R)`` and latent
+        ``(B, 1, Lk, C)``, and the mask."""
+        start = 0 if layer is None else layer.length
+        positions = torch.arange(start, start + q_rope.size(2),
+                                 device=q_rope.device)  # (Lq,)
+        rotate = dict(base=self.base, interleaved=self.interleaved)
+        q_rope = apply_rotary(q_rope, positions, **rotate)  # (B, H, Lq, R)
+        k_rope = apply_rotary(k_rope, positions, **rotate)  # (B, 1, Lq, R)
+        if layer is not None:  # the cache holds only k_rope and the latent
+            # (B, 1, Lk, R), (B, 1, Lk, C):
+            k_rope, latent = layer.update(k_rope, latent, owner=self)
+        if is_causal:
+            window = None if layer is None else layer.window
+            mask = with_causal(mask, q_rope.size(2), latent.size(2), window,
+                               q_rope.device)  # (..., Lq, Lk)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(q_rope.dtype)
+        return q_rope, k_rope, latent, mask
+
+    def _rebuilt(self, q: torch.Tensor, q_rope: torch.Tensor,
+                 latent: torch.Tensor, k_rope: torch.Tensor,
+                 mask: torch.Tensor | None, need_weights: bool,
+                 scale: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Every head's keys and values rebuilt from the latents by
+        ``k_up`` and ``v_up``. Returns ``(B, H, Lq, D)`` and the weights."""
+        # Every head's keys (B, H, Lk, D + R) and values (B, H, Lk, D):
+        keys = torch.cat([
+            split_heads(self.k_up(latent[:, 0]), self.num_heads),
+            k_rope.expand(-1, self.num_heads, -1, -1)], dim=-1)
+        values = split_heads(self.v_up(latent[:, 0]), self.num_heads)
+        queries = torch.cat([q, q_rope], dim=-1)  # (B, H, Lq, D + R)
+        return self._attend(queries, keys, values, mask, need_weights,
+                            scale)
 
     def _absorbed(self, q: torch.Tensor, q_rope: torch.Tensor,
                   latent: torch.Tensor, k_rope: torch.Tensor,
@@ -177,18 +213,35 @@ class MultiHeadLatentAttention(nn.Module):
         """Attention over the latents: ``q_h . W_uk[h] c = (W_uk[h]^T q_h)
         . c``, and ``sum_j w_j W_uv[h] c_j = W_uv[h] sum_j w_j c_j``.
         Returns ``(B, H, Lq, D)`` and the weights."""
-        w_uk = self.k_up.weight.unflatten(0, (self.num_heads, -1))
-        w_uv = self.v_up.weight.unflatten(0, (self.num_heads, -1))
-        # (B, H, Lq, D) @ (H, D, C) -> (B, H, Lq, C): keys' up-projection
-        # moved to the query side
-        q_latent = q @ w_uk
-        queries = torch.cat([q_latent, q_rope], dim=-1)  # (B, H, Lq, C+R)
-        keys = torch.cat([latent, k_rope], dim=-1)  # (B, 1, Lk, C + R)
-        # One key/value "head" of width C + R shared by all H heads:
-        out, weights = self._attend(queries, keys, latent, mask,
-                                    need_weights, scale)  # (B, H, Lq, C)
-        # (B, H, Lq, C) @ (H, C, D) -> (B, H, Lq, D): values' up-projection
+        w_uk = self._up_matrix(self.k_up, latent)  # (H, D, C + 1)
+        w_uv = self._up_matrix(self.v_up, latent)  # (H, D, C + 1)
+        # A 1 after each latent carries the layers' biases: [c, 1, k_r].
+        one = torch.ones_like(latent[..., :1])  # (B, 1, Lk, 1)
+        keys = torch.cat([latent, one, k_rope], dim=-1)  # (B, 1, Lk, C+1+R)
+        values = keys[..., :-self.rope_dim]  # (B, 1, Lk, C + 1): [c, 1]
+        # (B, H, Lq, D) @ (H, D, C + 1) -> (B, H, Lq, C + 1): keys'
+        # up-projection moved to the query side
+        queries = torch.cat([q @ w_uk, q_rope], dim=-1)  # (B, H, Lq, C+1+R)
+        # One key/value "head" shared by all H heads:
+        out, weights = self._attend(queries, keys, values, mask,
+                                    need_weights, scale)  # (B, H, Lq, C+1)
+        # (B, H, Lq, C + 1) @ (H, C + 1, D) -> (B, H, Lq, D): values'
+        # up-projection
         return out @ w_uv.transpose(1, 2), weights
+
+    def _up_matrix(self, up: nn.Module, latent: torch.Tensor
+                   ) -> torch.Tensor:
+        """The affine map ``c -> W c + b`` of ``up`` (``C -> H * D``) as one
+        matrix ``[W_h | b_h]`` per head, ``(H, D, C + 1)``: read by calling
+        the layer on the ``C`` basis vectors and on zero, in ``latent``'s
+        dtype and device, so that what the layer does (a wrapper, a hook,
+        a parametrization, quantization) is in it."""
+        size = self.kv_latent_dim
+        basis = torch.eye(size + 1, size, dtype=latent.dtype,
+                          device=latent.device)  # (C + 1, C): e_i, then 0
+        out = up(basis[None])[0]  # (C + 1, H * D): W e_i + b, then b
+        matrix = torch.cat([out[:-1] - out[-1:], out[-1:]])  # W^T, then b
+        return matrix.T.unflatten(0, (self.num_heads, -1))  # (H, D, C + 1)
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 mask: torch.Tensor | None, need_weights: bool, scale: float
@@ -198,13 +251,12 @@ class MultiHeadLatentAttention(nn.Module):
         if need_weights:
             return scaled_dot_product_attention(
                 q, k, v, mask, self.attn_dropout, scale=scale)
-        drop = self.attn_dropout
-        dropout_p = drop.p if drop.training else 0.0
+        dropout_p = kernel_dropout(self.attn_dropout)
         if k.size(1) != q.size(1):  # one shared head: broadcast, no copy
             k = k.expand(-1, q.size(1), -1, -1)
             v = v.expand(-1, q.size(1), -1, -1)
         # Rows with nothing to attend to: zeros, as on the explicit path.
-        out = fused_sdpa(q, k, v, mask, dropout_p, scale=scale)
+        out = fused_kernel(q, k, v, mask, dropout_p, scale=scale)
         return out, None  # (B, H, Lq, Dv)
 
     def _check_inputs(self, x: torch.Tensor, mask: torch.Tensor | None,
@@ -212,11 +264,10 @@ class MultiHeadLatentAttention(nn.Module):
                       cache: KVCache | LayerCache | None, absorb: bool
                       ) -> LayerCache | None:
         check_tensor("x", x, ("B", "L", self.d_model))
-        for name, flag in (("need_weights", need_weights),
-                           ("is_causal", is_causal), ("absorb", absorb)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}: expected a bool, got {flag!r}")
-        layer = MultiHeadAttention._layer_cache(cache)
+        check_module_dtype("x", x, self)
+        check_flags(need_weights=need_weights, is_causal=is_causal,
+                    absorb=absorb)
+        layer = as_layer_cache(cache)
         q_len = x.size(1)
         k_len = q_len + (0 if layer is None else layer.kept)
         check_call_mask(mask, is_causal, layer, x.size(0), self.num_heads,
@@ -226,4 +277,30 @@ class MultiHeadLatentAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"kv_latent_dim={self.kv_latent_dim}, "
-                f"rope_dim={self.rope_dim}, head_dim={self.head_dim}")
+                f"rope_dim={self.rope_dim}, head_dim={self.head_dim}"
+                + (", interleaved=True" if self.interleaved else ""))
+
+
+def check_latent(d_model: int, num_heads: int, kv_latent_dim: int,
+                 rope_dim: int, head_dim: int | None, dropout: float,
+                 base: float, interleaved: bool) -> int:
+    """``MultiHeadLatentAttention``'s arguments; returns ``head_dim``
+    (``d_model // num_heads`` when None)."""
+    for name, value in (("d_model", d_model), ("num_heads", num_heads),
+                        ("kv_latent_dim", kv_latent_dim),
+                        ("rope_dim", rope_dim)):
+        check_positive_int(name, value)
+    if rope_dim % 2:
+        raise ValueError(f"rope_dim: expected an even int (rotary "
+                         f"pairs), got {rope_dim!r}")
+    if head_dim is None:
+        if d_model % num_heads:
+            raise ValueError(
+                f"num_heads: expected a divisor of d_model={d_model} "
+                f"(or pass head_dim), got num_heads={num_heads}")
+        head_dim = d_model // num_heads
+    check_positive_int("head_dim", head_dim)
+    check_dropout("dropout", dropout)
+    check_base("base", base)
+    check_flags(interleaved=interleaved)
+    return head_dim

@@ -24,6 +24,17 @@ def _check_lengths(**lengths: object) -> None:
                 f"{name}: expected a non-negative int, got {value!r}")
 
 
+def _check_whole(valid_lens: torch.Tensor) -> None:
+    """Float lengths must be whole numbers (not NaN, inf or 2.5)."""
+    if not valid_lens.is_floating_point():
+        return
+    whole = valid_lens.isfinite() & (valid_lens == valid_lens.floor())
+    if not bool(whole.all()):
+        raise ValueError(
+            f"valid_lens: expected whole numbers of keys, got a length of "
+            f"{valid_lens[~whole][0].item()}")
+
+
 def causal_mask(q_len: int, k_len: int | None = None,
                 device: torch.device | str | None = None) -> torch.Tensor:
     """``(Lq, Lk)`` bool mask where query ``i`` may attend key ``j`` iff
@@ -87,11 +98,15 @@ def padding_mask(valid_lens: torch.Tensor, max_len: int | None = None
     ``valid_lens`` ``(B,)`` gives ``(B, 1, 1, Lk)``; ``(B, Lq)`` (one length
     per query, as d2l allows) gives ``(B, 1, Lq, Lk)``. Both broadcast to
     ``(B, H, Lq, Lk)``. ``max_len`` (``Lk``) defaults to the largest length.
-    Derived in chapter 7.
+    Keep the singleton axes: squeezed to ``(B, Lk)``, a module reads a 2-D
+    mask as ``(Lq, Lk)``, which is wrong, and silently so when
+    ``B == Lq``. Derived in chapter 7.
 
     Args:
         valid_lens: How many keys (from the start) each sample may attend
-            to: ``(B,)``, or ``(B, Lq)`` for one length per query.
+            to: ``(B,)``, or ``(B, Lq)`` for one length per query; whole
+            numbers (an integer tensor, or a float one holding whole
+            numbers).
         max_len: The number of keys ``Lk``, at least the largest length.
     """
     if not isinstance(valid_lens, torch.Tensor):
@@ -103,6 +118,7 @@ def padding_mask(valid_lens: torch.Tensor, max_len: int | None = None
     if valid_lens.is_complex() or valid_lens.dtype == torch.bool:
         raise TypeError(f"valid_lens: expected an integer or float tensor, "
                         f"got {valid_lens.dtype}")
+    _check_whole(valid_lens)
     if valid_lens.numel() and bool((valid_lens < 0).any()):
         raise ValueError(f"valid_lens: expected lengths >= 0, got a length "
                          f"of {valid_lens.min()}")

@@ -12,13 +12,17 @@ from torch import nn
 
 from mha_lib._checks import (
     check_device,
+    check_dropout,
     check_dtype,
+    check_flags,
     check_mask,
+    check_module_dtype,
     check_positive_int,
     check_tensor,
+    tracing,
 )
 from mha_lib.attention import scaled_dot_product_attention
-from mha_lib.cache import KVCache, LayerCache
+from mha_lib.cache import KVCache, LayerCache, as_layer_cache
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.masks import causal_mask, sliding_window_mask
 
@@ -43,17 +47,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,
                  bias: bool = True):
         super().__init__()
-        check_positive_int("d_model", d_model)
-        check_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
-            raise ValueError(f"num_heads: expected a divisor of "
-                             f"d_model={d_model}, "
-                             f"got num_heads={num_heads}")
-        if (isinstance(dropout, bool)
-                or not isinstance(dropout, (int, float))
-                or not 0.0 <= dropout < 1.0):
-            raise ValueError(f"dropout: expected a probability in [0, 1), "
-                             f"got {dropout!r}")
+        check_heads(d_model, num_heads, dropout)
         self.d_model = d_model
         self.num_heads = num_heads
         self.head_dim = d_model // num_heads
@@ -71,11 +65,7 @@ class MultiHeadAttention(nn.Module):
 
     @dropout.setter
     def dropout(self, p: float) -> None:
-        if (isinstance(p, bool) or not isinstance(p, (int, float))
-                or not 0.0 <= p < 1.0):
-            raise ValueError(f"dropout: expected a probability in [0, 1), "
-                             f"got {p!r}")
-        self.attn_dropout.p = float(p)
+        self.attn_dropout.p = float(check_dropout("dropout", p))
 
     def forward(
         self,
@@ -95,22 +85,35 @@ class MultiHeadAttention(nn.Module):
         output (so the module returns ``out_proj``'s bias there), never NaN.
 
         Args:
-            query: ``(B, Lq, d_model)``.
+            query: ``(B, Lq, d_model)``, in the dtype of the module's
+                parameters (or under autocast).
             key: ``(B, Lk, d_model)``; defaults to ``query``
                 (self-attention).
             value: ``(B, Lk, d_model)``; defaults to ``key``.
             mask: bool (True = may attend) or float (added to the scores),
                 of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``. A 3-D mask
                 is refused: ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike.
+                A 2-D mask is always ``(Lq, Lk)``: one row of keys per
+                sequence, ``(B, Lk)``, is refused when ``B != Lq`` and read
+                as ``(Lq, Lk)`` when ``B == Lq``; pass it as
+                :func:`~mha_lib.padding_mask` gives it, ``(B, 1, 1, Lk)``.
+                A float mask of only 0s and 1s is refused (it is almost
+                surely a keep/drop mask: pass ``mask.bool()``), except
+                where its values cannot be read: under ``torch.compile``,
+                ``torch.export`` and ``torch.func.vmap`` it is added as
+                given, with a ``UserWarning``.
             need_weights: True runs the explicit path derived in the book
                 and returns the weights; False runs PyTorch's fused
                 ``F.scaled_dot_product_attention`` and returns None for
-                them. Both give the same output up to rounding.
+                them. Both give the same output up to rounding. The fused
+                kernel has no forward-mode AD (``torch.func.jvp``,
+                ``jacfwd``) and no double backward (``create_graph=True``
+                then a second backward): use True for those.
             is_causal: Each query attends only the keys up to its own
-                position, aligned bottom-right (a query after ``L`` cached
-                tokens sees those too); with a windowed cache, only the
-                last ``window`` positions. Combined with ``mask`` if both
-                are given.
+                position, aligned bottom-right (the last query sits at the
+                last key; a query after ``L`` cached tokens sees those
+                too); with a windowed cache, only the last ``window``
+                positions. Combined with ``mask`` if both are given.
             cache: For decoding (chapter 14): one layer of a
                 :class:`~mha_lib.KVCache` (or a one-layer ``KVCache``). The
                 new keys and values are appended and the queries attend to
@@ -126,32 +129,52 @@ class MultiHeadAttention(nn.Module):
         # k and v: (B, H_kv, Lk, D)
         k = split_heads(self.k_proj(key), self.num_kv_heads)
         v = split_heads(self.v_proj(value), self.num_kv_heads)
+        # Positions, cache and causal mask (chapters 14, 16, 17):
+        q, k, v, mask, causal = self._in_sequence(q, k, v, mask, is_causal,
+                                                  layer)
+        if need_weights:  # the explicit path (chapter 6)
+            if causal:
+                mask = causal_mask(q.size(2), device=q.device)
+            out, weights = self._explicit_attention(q, k, v, mask)
+        else:  # PyTorch's fused kernel
+            out = self._fused_attention(q, k, v, mask, causal)
+            weights = None
+        return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
+
+    def _in_sequence(self, q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor, mask: torch.Tensor | None,
+                     is_causal: bool, layer: LayerCache | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                torch.Tensor | None, bool]:
+        """Put the new tokens in their sequence: positions (chapter 16),
+        the cache (chapter 14), the causal or sliding-window mask
+        (chapters 7, 17). Returns ``q``, every kept key and value
+        ``(B, H_kv, Lk, D)``, the mask, and whether the mask is the square
+        causal one that ``F.scaled_dot_product_attention(is_causal=True)``
+        applies itself (then the mask returned is None)."""
         past = 0 if layer is None else layer.length  # new tokens' offset
         q, k = self._positions(q, k, past)  # rotary subclasses (chapter 16)
         if layer is not None:  # decoding (chapter 14): append, see them all
             k, v = layer.update(k, v, owner=self)  # (B, H_kv, L + Lk, D)
+        window = None if layer is None else layer.window
         # SDPA's own is_causal (top-left) is right only for a square mask.
-        square = is_causal and mask is None and q.size(2) == k.size(2) \
-            and (layer is None or layer.window is None)
-        if is_causal and not square:
-            mask = self._causal(mask, q.size(2), k.size(2), layer, q.device)
+        if is_causal and mask is None and window is None \
+                and q.size(2) == k.size(2):
+            return q, k, v, None, True
+        if is_causal:
+            mask = with_causal(mask, q.size(2), k.size(2), window, q.device)
         if mask is not None and mask.is_floating_point():
             mask = mask.to(q.dtype)  # under autocast q may be narrower
-        if need_weights:
-            if square:
-                mask = causal_mask(q.size(2), device=q.device)
-            out, weights = self._explicit_attention(q, k, v, mask)
-        else:
-            out, weights = (
-                self._fused_attention(q, k, v, mask, square), None)
-        return self.out_proj(merge_heads(out)), weights  # (B, Lq, d_model)
+        return q, k, v, mask, False
 
     def _positions(self, q: torch.Tensor, k: torch.Tensor, start: int
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Where positions enter the queries and keys ``(B, H|H_kv, L, D)``
-        of tokens ``start, start + 1, ...``: nowhere here (the input
-        already carries them, chapter 3); rotary attention rotates them
-        (chapter 16), before the keys are cached."""
+        """Where positions enter the queries ``(B, H, Lq, D)`` and the new
+        keys ``(B, H_kv, Lk, D)``: nowhere here (the input already carries
+        them, chapter 3); rotary attention rotates them (chapter 16),
+        before the keys are cached. The keys are the tokens ``start,
+        start + 1, ...`` and the queries the last ``Lq`` of them, aligned
+        bottom-right as :func:`~mha_lib.causal_mask` aligns them."""
         return q, k
 
     def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor,
@@ -168,33 +191,10 @@ class MultiHeadAttention(nn.Module):
                          is_causal: bool) -> torch.Tensor:
         """The same attention on PyTorch's fused kernel: ``(B, H, Lq, D)``.
         Its dropout is ``attn_dropout``'s, applied inside the kernel."""
-        if not isinstance(self.attn_dropout, nn.Dropout):
-            raise TypeError(
-                f"attn_dropout: the fused path (need_weights=False) hands "
-                f"dropout to the kernel and needs an nn.Dropout, got "
-                f"{type(self.attn_dropout).__name__}; use "
-                f"need_weights=True to call it as a module")
-        drop = self.attn_dropout
-        dropout_p = drop.p if drop.training else 0.0
+        dropout_p = kernel_dropout(self.attn_dropout)
         gqa = self.num_kv_heads != self.num_heads  # no copies of K and V
-        return fused_sdpa(q, k, v, mask, dropout_p, is_causal=is_causal,
-                          enable_gqa=gqa)  # (B, H, Lq, D)
-
-    @staticmethod
-    def _causal(mask: torch.Tensor | None, q_len: int, k_len: int,
-                layer: LayerCache | None, device: torch.device
-                ) -> torch.Tensor:
-        """``mask`` restricted to the causal (or sliding-window) keys."""
-        window = None if layer is None else layer.window
-        if window is None:
-            allowed = causal_mask(q_len, k_len, device)  # (Lq, Lk)
-        else:
-            allowed = sliding_window_mask(q_len, window, k_len, device)
-        if mask is None:
-            return allowed
-        if mask.dtype == torch.bool:
-            return mask & allowed  # (B|1, H|1, Lq, Lk)
-        return mask.masked_fill(~allowed, float("-inf"))
+        return fused_kernel(q, k, v, mask, dropout_p, is_causal=is_causal,
+                            enable_gqa=gqa)  # (B, H, Lq, D)
 
     def _check_inputs(self, query: torch.Tensor, key: torch.Tensor,
                       value: torch.Tensor, mask: torch.Tensor | None,
@@ -202,43 +202,67 @@ class MultiHeadAttention(nn.Module):
                       cache: KVCache | LayerCache | None
                       ) -> LayerCache | None:
         """Shapes, dtypes and devices of the inputs (never the values inside
-        them, never the parameters); returns the layer cache to use."""
+        them, but a float mask's, see ``forward``); returns the layer cache
+        to use."""
         check_tensor("query", query, ("B", "Lq", self.d_model))
         batch = query.size(0)
         check_tensor("key", key, (batch, "Lk", self.d_model))
         check_tensor("value", value, (batch, key.size(1), self.d_model))
+        check_module_dtype("query", query, self)
         for name, x in (("key", key), ("value", value)):
             check_dtype(name, x, query.dtype, "the query's")
             check_device(name, x, query.device, "the query's")
-        for name, flag in (("need_weights", need_weights),
-                           ("is_causal", is_causal)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name}: expected a bool, got {flag!r}")
-        layer = self._layer_cache(cache)
+        check_flags(need_weights=need_weights, is_causal=is_causal)
+        layer = as_layer_cache(cache)
         q_len = query.size(1)
         k_len = key.size(1) + (0 if layer is None else layer.kept)
         check_call_mask(mask, is_causal, layer, batch, self.num_heads,
                         q_len, k_len, query)
         return layer
 
-    @staticmethod
-    def _layer_cache(cache: object) -> LayerCache | None:
-        if cache is None or isinstance(cache, LayerCache):
-            return cache
-        if isinstance(cache, KVCache):
-            if cache.num_layers != 1:
-                raise ValueError(
-                    f"cache: expected one layer's cache, cache.layer(i) "
-                    f"for the module of layer i (or a "
-                    f"KVCache(num_layers=1)), got a KVCache with "
-                    f"{cache.num_layers} layers")
-            return cache.layer(0)
-        raise TypeError(f"cache: expected a KVCache or one of its layers, "
-                        f"got {type(cache).__name__}")
-
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
                 f"dropout={self.dropout}")
+
+
+def check_heads(d_model: int, num_heads: int, dropout: float) -> None:
+    """``MultiHeadAttention``'s arguments: positive ``d_model`` and
+    ``num_heads``, ``num_heads`` dividing ``d_model``, ``dropout`` in
+    ``[0, 1)``."""
+    check_positive_int("d_model", d_model)
+    check_positive_int("num_heads", num_heads)
+    if d_model % num_heads:
+        raise ValueError(f"num_heads: expected a divisor of "
+                         f"d_model={d_model}, got num_heads={num_heads}")
+    check_dropout("dropout", dropout)
+
+
+def with_causal(mask: torch.Tensor | None, q_len: int, k_len: int,
+                window: int | None, device: torch.device) -> torch.Tensor:
+    """``mask`` restricted to the causal keys (the last ``window`` of them
+    with a window), aligned bottom-right: ``(Lq, Lk)`` or
+    ``(B|1, H|1, Lq, Lk)``."""
+    if window is None:
+        allowed = causal_mask(q_len, k_len, device)  # (Lq, Lk)
+    else:
+        allowed = sliding_window_mask(q_len, window, k_len, device)
+    if mask is None:
+        return allowed
+    if mask.dtype == torch.bool:
+        return mask & allowed  # (B|1, H|1, Lq, Lk)
+    return mask.masked_fill(~allowed, float("-inf"))
+
+
+def kernel_dropout(dropout: nn.Module) -> float:
+    """The probability a fused kernel applies for ``dropout``: its ``p`` in
+    training, 0 in eval mode."""
+    if not isinstance(dropout, nn.Dropout):
+        raise TypeError(
+            f"attn_dropout: the fused path (need_weights=False) hands "
+            f"dropout to the kernel and needs an nn.Dropout, got "
+            f"{type(dropout).__name__}; use need_weights=True to call it "
+            f"as a module")
+    return dropout.p if dropout.training else 0.0
 
 
 def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -268,6 +292,43 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.masked_fill(empty, 0.0)  # (..., Lq, Dv)
 
 
+_NO_HIGHER_ORDER = (
+    "need_weights=False runs PyTorch's fused attention kernel, which has "
+    "no {what}: use need_weights=True (the explicit path) for it")
+
+
+def fused_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 mask: torch.Tensor | None, dropout_p: float = 0.0,
+                 **options: object) -> torch.Tensor:
+    """:func:`fused_sdpa` as the modules' fused path runs it: where the
+    kernel lacks a derivative, forward-mode AD (``torch.func.jvp``,
+    ``jacfwd``) or double backward, the error says so and names the way
+    out, instead of naming the kernel's internals."""
+    try:
+        out = fused_sdpa(q, k, v, mask, dropout_p, **options)
+    except NotImplementedError as error:
+        raise NotImplementedError(
+            _NO_HIGHER_ORDER.format(what="forward-mode AD")) from error
+    if not tracing():
+        for x in (q, k, v):
+            if x.requires_grad:
+                x.register_hook(_watch_second_backward)
+    return out
+
+
+def _watch_second_backward(grad: torch.Tensor) -> None:
+    """A gradient the kernel's backward made: if it is differentiated in
+    turn (``create_graph=True``, then a second backward), refuse clearly
+    before PyTorch reaches the kernel's missing double backward."""
+    if grad is not None and grad.requires_grad:
+        grad.register_hook(_refuse_second_backward)
+
+
+def _refuse_second_backward(grad: torch.Tensor) -> None:
+    raise RuntimeError(_NO_HIGHER_ORDER.format(
+        what="double backward (a gradient of a gradient)"))
+
+
 def check_call_mask(mask: object, is_causal: bool,
                     layer: LayerCache | None, batch: int, num_heads: int,
                     q_len: int, k_len: int, query: torch.Tensor) -> None:
@@ -290,7 +351,10 @@ def check_attention_mask(mask: object, batch: int, num_heads: int,
                          query: torch.Tensor) -> None:
     """A module's mask: bool or float in the query's dtype, on its device,
     of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``. 0-D, 1-D and 3-D masks
-    are refused: a 3-D ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike.
+    are refused: a 3-D ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike. A
+    2-D mask is ``(Lq, Lk)``: a ``(B, Lk)`` one (a row per sequence) is
+    refused with a hint when ``B != Lq``, and read as ``(Lq, Lk)`` when
+    ``B == Lq``.
 
     Args:
         mask: The mask to check.
@@ -312,6 +376,15 @@ def check_attention_mask(mask: object, batch: int, num_heads: int,
             f"(B|1, H|1, Lq, Lk); for one length per sequence pass "
             f"mha_lib.padding_mask(lengths), (B, 1, 1, Lk); got shape "
             f"{tuple(mask.shape)}")
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 \
+            and tuple(mask.shape) == (batch, k_len) and batch != q_len \
+            and mask.size(0) != 1:
+        raise ValueError(
+            f"mask: expected a 2-D mask of shape (Lq, Lk) = ({q_len}, "
+            f"{k_len}), got shape {tuple(mask.shape)}, which looks like "
+            f"one row of keys per sequence, (B, Lk): pass it as "
+            f"mask[:, None, None, :], (B, 1, 1, Lk), or build it with "
+            f"mha_lib.padding_mask(lengths)")
     check_mask(mask, (batch, num_heads, q_len, k_len), "B H Lq Lk",
                query.dtype)
     check_device("mask", mask, query.device, "the query's")

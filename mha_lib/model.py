@@ -126,7 +126,9 @@ class TinyTransformer(nn.Module):
         """Greedy decoding: append ``max_new_tokens`` argmax tokens to
         ``idx`` ``(B, L)``; returns ``(B, L + max_new_tokens)``.
 
-        Runs in inference mode and returns an ordinary tensor.
+        Runs in inference mode and in eval mode (no dropout, whatever the
+        model's mode: a model in training mode is switched to eval for the
+        call and back after it), and returns an ordinary tensor.
 
         Args:
             idx: The prompts ``(B, L)``, at least one token each.
@@ -155,16 +157,24 @@ class TinyTransformer(nn.Module):
         # Inference mode skips autograd's bookkeeping on every small op; the
         # ids go back out as an ordinary tensor (clone) that training can
         # use.
-        with torch.inference_mode():
-            cache = self.new_cache() if use_cache else None
-            logits = self(idx, cache=cache)  # (B, L, V)
-            for step in range(max_new_tokens):
-                next_id = logits[:, -1].argmax(dim=-1,
-                                               keepdim=True)  # (B, 1)
-                idx = torch.cat([idx, next_id], dim=1)  # (B, L + 1)
-                if step + 1 < max_new_tokens:
-                    logits = (self(next_id, cache=cache) if use_cache
-                              else self(idx))  # (B, 1 or L, V)
+        # Dropout would make each step (and the cached and uncached
+        # decodes) random: eval mode for the call, the caller's mode after.
+        modes = {m: m.training for m in self.modules()}
+        self.eval()
+        try:
+            with torch.inference_mode():
+                cache = self.new_cache() if use_cache else None
+                logits = self(idx, cache=cache)  # (B, L, V)
+                for step in range(max_new_tokens):
+                    next_id = logits[:, -1].argmax(dim=-1,
+                                                   keepdim=True)  # (B, 1)
+                    idx = torch.cat([idx, next_id], dim=1)  # (B, L + 1)
+                    if step + 1 < max_new_tokens:
+                        logits = (self(next_id, cache=cache) if use_cache
+                                  else self(idx))  # (B, 1 or L, V)
+        finally:
+            for m, training in modes.items():
+                m.training = training
         return idx.clone()
 
 

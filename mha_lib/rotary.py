@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from mha_lib._checks import check_tensor
+from mha_lib._checks import check_base, check_tensor
 from mha_lib.gqa import GroupedQueryAttention
 
 __all__ = ["apply_rotary", "RotaryAttention", "rotary_angles"]
@@ -26,7 +26,9 @@ __all__ = ["apply_rotary", "RotaryAttention", "rotary_angles"]
 def rotary_angles(positions: torch.Tensor, dim: int,
                   base: float = 10000.0,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The angles ``positions[l] * base ** (-2 i / dim)``, ``(L, D/2)``."""
+    """The angles ``positions[l] * base ** (-2 i / dim)``, ``(L, D/2)``, in
+    ``dtype``: float64 (as :func:`apply_rotary` computes them) keeps them
+    exact at any position, float32 rounds positions from ``2**24`` on."""
     # theta_i = base^(-2i/D), i = 0 .. D/2 - 1:
     exponents = torch.arange(0, dim, 2, device=positions.device,
                              dtype=dtype) / dim  # (D/2,)
@@ -44,8 +46,13 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor,
     ``positions[l] * base ** (-2 i / D)``. With ``interleaved=False`` (the
     "rotate half" layout of GPT-NeoX and Llama code) pair ``i`` is features
     ``(i, i + D/2)``; with ``interleaved=True`` (the RoFormer paper's
-    layout) it is ``(2i, 2i + 1)``. The rotation is computed in float32
-    (float64 for float64 ``x``).
+    layout) it is ``(2i, 2i + 1)``. The angles are computed in float64,
+    exact for any position (in float32, positions from ``2**24`` on would
+    round to each other, and late angles lose their fraction), and the
+    rotation in float32 (float64 for float64 ``x``). On a device without
+    float64 (Apple's MPS) the angles are float32: their error grows as the
+    position times about ``6e-8`` radians, and from ``2**24`` on
+    neighbouring positions share an angle.
     Derived in chapter 16.
 
     Args:
@@ -57,11 +64,11 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor,
             halves (False).
     """
     _check_inputs(x, positions, base, interleaved)
-    # float32 angles (float64 for float64 x): half precision would round
-    # the angles of late positions badly.
+    # float64 angles: a float32 position or angle rounds late positions.
+    exact = torch.float32 if x.device.type == "mps" else torch.float64
     dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-    angles = rotary_angles(positions, x.size(-1), base, dtype)  # (L, D/2)
-    cos, sin = angles.cos(), angles.sin()  # (L, D/2)
+    angles = rotary_angles(positions, x.size(-1), base, exact)  # (L, D/2)
+    cos, sin = angles.cos().to(dtype), angles.sin().to(dtype)  # (L, D/2)
     xf = x.to(dtype)
     if interleaved:
         x1, x2 = xf[..., 0::2], xf[..., 1::2]  # (..., L, D/2) each
@@ -102,9 +109,7 @@ def _check_inputs(x: object, positions: object, base: object,
 
 
 def _check_options(base: object, interleaved: object) -> None:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) \
-            or base <= 1:
-        raise ValueError(f"base: expected a number > 1, got {base!r}")
+    check_base("base", base)
     if not isinstance(interleaved, bool):
         raise TypeError(f"interleaved: expected a bool, "
                         f"got {interleaved!r}")
@@ -117,10 +122,13 @@ class RotaryAttention(GroupedQueryAttention):
 
     ``forward`` is :class:`~mha_lib.MultiHeadAttention`'s (same arguments,
     same ``(output, weights | None)``); only the hook ``_positions``
-    differs. Token ``t`` of a call is at position ``cache length + t``, so
-    decoding with a cache gives the full causal forward. The input carries
-    no position vector: nothing is added to the embeddings. Derived in
-    chapter 16.
+    differs. Key ``t`` of a call is at position ``cache length + t``, so
+    decoding with a cache gives the full causal forward; the queries are
+    the last ``Lq`` of those positions, aligned bottom-right as
+    ``is_causal`` and :func:`~mha_lib.causal_mask` align them (so
+    ``m(x[:, -1:], x, x, is_causal=True)`` is the last row of
+    ``m(x, is_causal=True)``). The input carries no position vector:
+    nothing is added to the embeddings. Derived in chapter 16.
 
     Args:
         d_model: Width of every token vector, ``H * D``.
@@ -149,12 +157,11 @@ class RotaryAttention(GroupedQueryAttention):
 
     def _positions(self, q: torch.Tensor, k: torch.Tensor, start: int
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``q`` ``(B, H, L, D)`` and ``k`` ``(B, H_kv, L, D)`` of
-        tokens ``start, start + 1, ...``."""
-        q_pos = torch.arange(start, start + q.size(2),
-                             device=q.device)  # (Lq,)
-        k_pos = torch.arange(start, start + k.size(2),
-                             device=k.device)  # (Lk,)
+        """Rotate ``k`` ``(B, H_kv, Lk, D)``, the tokens ``start, start + 1,
+        ...``, and ``q`` ``(B, H, Lq, D)``, the last ``Lq`` of them."""
+        end = start + k.size(2)  # one past the last key's position
+        q_pos = torch.arange(end - q.size(2), end, device=q.device)  # (Lq,)
+        k_pos = torch.arange(start, end, device=k.device)  # (Lk,)
         return (apply_rotary(q, q_pos, self.base, self.interleaved),
                 apply_rotary(k, k_pos, self.base, self.interleaved))
 

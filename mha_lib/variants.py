@@ -28,6 +28,7 @@ from torch import nn
 from mha_lib._checks import (
     check_dtype,
     check_mask,
+    check_module_dtype,
     check_positive_int,
     check_probability,
     check_tensor,
@@ -41,21 +42,6 @@ __all__ = [
     "D2LMultiHeadAttention",
     "EinsumMultiHeadAttention",
 ]
-
-
-def _check_valid_lens(
-    valid_lens: torch.Tensor | None, batch: int, q_len: int
-) -> None:
-    if valid_lens is None:
-        return
-    if not isinstance(valid_lens, torch.Tensor):
-        raise TypeError(
-            f"valid_lens: expected a tensor of shape ({batch},) or "
-            f"({batch}, {q_len}), got {type(valid_lens).__name__}")
-    if tuple(valid_lens.shape) not in ((batch,), (batch, q_len)):
-        raise ValueError(
-            f"valid_lens: expected shape ({batch},) or ({batch}, {q_len}) "
-            f"(batch, or batch x queries), got {tuple(valid_lens.shape)}")
 
 
 class DotProductAttention(nn.Module):
@@ -91,13 +77,8 @@ class DotProductAttention(nn.Module):
                 ``(B,)``, or each query, ``(B, Lq)``, may attend to; None
                 lets every query see every key.
         """
-        check_tensor("queries", queries, ("B", "Lq", "D"))
-        batch, q_len, d = queries.shape
-        check_tensor("keys", keys, (batch, "Lk", d))
-        check_tensor("values", values, (batch, keys.size(1), "Dv"))
-        check_dtype("keys", keys, queries.dtype, "the queries'")
-        check_dtype("values", values, queries.dtype, "the queries'")
-        _check_valid_lens(valid_lens, batch, q_len)
+        check_d2l_attention(queries, keys, values, valid_lens)
+        d = queries.shape[-1]
         scores = (torch.bmm(queries, keys.transpose(1, 2))
                   / math.sqrt(d))  # (B, Lq, Lk)
         mask = None
@@ -133,16 +114,9 @@ class D2LMultiHeadAttention(nn.Module):
                  num_hiddens: int, num_heads: int, dropout: float,
                  bias: bool = False):
         super().__init__()
-        for name, size in (("key_size", key_size),
-                           ("query_size", query_size),
-                           ("value_size", value_size),
-                           ("num_hiddens", num_hiddens)):
-            check_positive_int(name, size)
-        check_positive_int("num_heads", num_heads)
-        if num_hiddens % num_heads:
-            raise ValueError(
-                f"num_heads: expected a divisor of "
-                f"num_hiddens={num_hiddens}, got num_heads={num_heads}")
+        check_d2l_sizes(key_size, query_size, value_size, num_hiddens,
+                        num_heads)
+        self.sizes = (query_size, key_size, value_size)  # for the checks
         self.num_heads = num_heads
         self.attention = DotProductAttention(dropout)
         self.W_q = nn.Linear(query_size, num_hiddens, bias=bias)
@@ -164,22 +138,7 @@ class D2LMultiHeadAttention(nn.Module):
                 ``(B, Lq)``, may attend to, or None for all of them (d2l
                 passes it positionally).
         """
-        check_tensor("queries", queries, ("B", "Lq", self.W_q.in_features))
-        batch = queries.size(0)
-        check_tensor("keys", keys, (batch, "Lk", self.W_k.in_features))
-        check_tensor("values", values,
-                     (batch, keys.size(1), self.W_v.in_features))
-        for name, x, proj in (("queries", queries, self.W_q),
-                              ("keys", keys, self.W_k),
-                              ("values", values, self.W_v)):
-            check_dtype(name, x, proj.weight.dtype,
-                        "the module's parameters")
-        # transpose_output, as d2l wrote it, cannot unfold no rows
-        if queries.numel() == 0:
-            raise ValueError(
-                f"queries: expected at least one sample and one query, "
-                f"got shape {tuple(queries.shape)}")
-        _check_valid_lens(valid_lens, batch, queries.size(1))
+        check_d2l_inputs(self, queries, keys, values, valid_lens)
         queries = transpose_qkv(self.W_q(queries),
                                 self.num_heads)  # (B*H, Lq, D)
         keys = transpose_qkv(self.W_k(keys),
@@ -223,12 +182,9 @@ class EinsumMultiHeadAttention(nn.Module):
     def __init__(self, n_head: int, d_model: int, d_k: int, d_v: int,
                  dropout: float = 0.1):
         super().__init__()
-        for name, value in (("n_head", n_head), ("d_model", d_model),
-                            ("d_k", d_k), ("d_v", d_v)):
-            check_positive_int(name, value)
-        check_probability("dropout", dropout)
+        check_einsum_sizes(n_head, d_model, d_k, d_v, dropout)
         self.n_head = n_head
-        self.d_model = d_model
+        self.d_model = d_model  # for the checks
         self.w_qs = nn.Linear(d_model, n_head * d_k)
         self.w_ks = nn.Linear(d_model, n_head * d_k)
         self.w_vs = nn.Linear(d_model, n_head * d_v)
@@ -258,17 +214,7 @@ class EinsumMultiHeadAttention(nn.Module):
                 ``(Lq, Lk)``, ``(B, Lq, Lk)`` or ``(B, H, Lq, Lk)``; None
                 attends everywhere.
         """
-        check_tensor("q", q, ("B", "Lq", self.d_model))
-        check_tensor("k", k, (q.size(0), "Lk", self.d_model))
-        check_tensor("v", v, (q.size(0), k.size(1), self.d_model))
-        for name, x, proj in (("q", q, self.w_qs), ("k", k, self.w_ks),
-                              ("v", v, self.w_vs)):
-            check_dtype(name, x, proj.weight.dtype,
-                        "the module's parameters")
-        if mask is not None and not isinstance(mask, torch.Tensor):
-            raise TypeError(
-                f"mask: expected a bool or float tensor, "
-                f"got {type(mask).__name__}")
+        check_einsum_inputs(self, q, k, v, mask)
         residual = q
         q = rearrange(self.w_qs(q), "b l (head k) -> head b l k",
                       head=self.n_head)
@@ -278,21 +224,118 @@ class EinsumMultiHeadAttention(nn.Module):
                       head=self.n_head)
         attn = (torch.einsum("hblk,hbtk->hblt", q, k)
                 / math.sqrt(q.shape[-1]))  # (H, B, Lq, Lk)
-        if mask is not None:
-            # (B, H, Lq, Lk) -> (H, B, Lq, Lk); a mask without a head axis
-            # serves every head
-            head, batch, q_len, k_len = attn.shape
-            if mask.dim() == 4:
-                check_mask(mask, (batch, head, q_len, k_len), "B H Lq Lk",
-                           attn.dtype)
-            else:
-                check_mask(mask, (batch, q_len, k_len), "B Lq Lk",
-                           attn.dtype)
-            mask = mask.transpose(0, 1) if mask.dim() == 4 else mask[None]
-        attn = masked_softmax(attn, mask)  # (H, B, Lq, Lk)
+        attn = masked_softmax(attn, heads_first(mask))  # (H, B, Lq, Lk)
         output = torch.einsum("hblt,hbtv->hblv", attn, v)  # (H, B, Lq, d_v)
         output = rearrange(output,
                            "head b l v -> b l (head v)")  # (B, Lq, H*d_v)
         output = self.dropout(self.fc(output))  # (B, Lq, d_model)
         output = self.layer_norm(output + residual)
         return output, attn
+
+
+def heads_first(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """An einsum-variant mask in the scores' head-first layout: a 4-D
+    ``(B, H, Lq, Lk)`` mask becomes ``(H, B, Lq, Lk)``; a mask without a
+    head axis, ``(B, Lq, Lk)`` or ``(Lq, Lk)``, serves every head."""
+    if mask is None:
+        return None
+    return mask.transpose(0, 1) if mask.dim() == 4 else mask[None]
+
+
+# --- the input checks, one call per method ------------------------------
+
+
+def check_d2l_attention(queries: torch.Tensor, keys: torch.Tensor,
+                        values: torch.Tensor,
+                        valid_lens: torch.Tensor | None) -> None:
+    """``DotProductAttention.forward``'s inputs."""
+    check_tensor("queries", queries, ("B", "Lq", "D"))
+    batch, q_len, d = queries.shape
+    check_tensor("keys", keys, (batch, "Lk", d))
+    check_tensor("values", values, (batch, keys.size(1), "Dv"))
+    check_dtype("keys", keys, queries.dtype, "the queries'")
+    check_dtype("values", values, queries.dtype, "the queries'")
+    _check_valid_lens(valid_lens, batch, q_len)
+
+
+def check_d2l_sizes(key_size: int, query_size: int, value_size: int,
+                    num_hiddens: int, num_heads: int) -> None:
+    """``D2LMultiHeadAttention``'s sizes (its dropout is
+    ``DotProductAttention``'s to check)."""
+    for name, size in (("key_size", key_size), ("query_size", query_size),
+                       ("value_size", value_size),
+                       ("num_hiddens", num_hiddens)):
+        check_positive_int(name, size)
+    check_positive_int("num_heads", num_heads)
+    if num_hiddens % num_heads:
+        raise ValueError(
+            f"num_heads: expected a divisor of "
+            f"num_hiddens={num_hiddens}, got num_heads={num_heads}")
+
+
+def check_d2l_inputs(module: D2LMultiHeadAttention, queries: torch.Tensor,
+                     keys: torch.Tensor, values: torch.Tensor,
+                     valid_lens: torch.Tensor | None) -> None:
+    """``D2LMultiHeadAttention.forward``'s inputs."""
+    query_size, key_size, value_size = module.sizes
+    check_tensor("queries", queries, ("B", "Lq", query_size))
+    batch = queries.size(0)
+    check_tensor("keys", keys, (batch, "Lk", key_size))
+    check_tensor("values", values, (batch, keys.size(1), value_size))
+    for name, x in (("queries", queries), ("keys", keys),
+                    ("values", values)):
+        check_module_dtype(name, x, module)
+    # transpose_output, as d2l wrote it, cannot unfold no rows
+    if queries.numel() == 0:
+        raise ValueError(
+            f"queries: expected at least one sample and one query, "
+            f"got shape {tuple(queries.shape)}")
+    _check_valid_lens(valid_lens, batch, queries.size(1))
+
+
+def _check_valid_lens(
+    valid_lens: torch.Tensor | None, batch: int, q_len: int
+) -> None:
+    if valid_lens is None:
+        return
+    if not isinstance(valid_lens, torch.Tensor):
+        raise TypeError(
+            f"valid_lens: expected a tensor of shape ({batch},) or "
+            f"({batch}, {q_len}), got {type(valid_lens).__name__}")
+    if tuple(valid_lens.shape) not in ((batch,), (batch, q_len)):
+        raise ValueError(
+            f"valid_lens: expected shape ({batch},) or ({batch}, {q_len}) "
+            f"(batch, or batch x queries), got {tuple(valid_lens.shape)}")
+
+
+def check_einsum_sizes(n_head: int, d_model: int, d_k: int, d_v: int,
+                       dropout: float) -> None:
+    """``EinsumMultiHeadAttention``'s arguments."""
+    for name, value in (("n_head", n_head), ("d_model", d_model),
+                        ("d_k", d_k), ("d_v", d_v)):
+        check_positive_int(name, value)
+    check_probability("dropout", dropout)
+
+
+def check_einsum_inputs(module: EinsumMultiHeadAttention, q: torch.Tensor,
+                        k: torch.Tensor, v: torch.Tensor,
+                        mask: torch.Tensor | None) -> None:
+    """``EinsumMultiHeadAttention.forward``'s inputs: shapes, the module's
+    dtype, and a mask that broadcasts to ``(B, Lq, Lk)`` (shared by the
+    heads) or, 4-D, to ``(B, H, Lq, Lk)``."""
+    check_tensor("q", q, ("B", "Lq", module.d_model))
+    batch, q_len = q.shape[:2]
+    check_tensor("k", k, (batch, "Lk", module.d_model))
+    check_tensor("v", v, (batch, k.size(1), module.d_model))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_module_dtype(name, x, module)
+    if mask is None:
+        return
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask: expected a bool or float tensor, "
+                        f"got {type(mask).__name__}")
+    if mask.dim() == 4:
+        check_mask(mask, (batch, module.n_head, q_len, k.size(1)),
+                   "B H Lq Lk", q.dtype)
+    else:
+        check_mask(mask, (batch, q_len, k.size(1)), "B Lq Lk", q.dtype)

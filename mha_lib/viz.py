@@ -231,12 +231,32 @@ class AttentionExplorer:
             + self.html + "\n</body></html>\n", encoding="utf-8")
 
 
+MAX_WEIGHTS = 1_000_000
+"""The most weights (``N * H * L * L``) :func:`attention_explorer` stores
+by default, e.g. 1 layer of 4 heads over 500 tokens: 2.5 MB of HTML for
+causal weights with 3 digits (5 MB with 6 digits, no zeros), about as
+much as a notebook output or a book page should carry."""
+
+
+def _json_for_html(text: str) -> str:
+    """JSON text safe inside a ``<script>`` element: ``<``, ``>`` and ``&``
+    as ``\\u`` escapes (so no ``</script>``, ``<!--`` or ``<script`` can
+    reach the HTML parser), and U+2028/U+2029 too (line ends to older
+    JavaScript). ``JSON.parse`` reads the same data back."""
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"),
+                         ("&", "\\u0026"), ("\u2028", "\\u2028"),
+                         ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return text
+
+
 def attention_explorer(
     weights: torch.Tensor,
     tokens: Sequence[str],
     layer_names: Sequence[str] | None = None,
     title: str | None = None,
     digits: int = 3,
+    max_weights: int = MAX_WEIGHTS,
 ) -> AttentionExplorer:
     """An interactive view of self-attention weights: the tokens twice,
     as queries and as keys, with a layer and a head selector. Pointing at
@@ -254,6 +274,10 @@ def attention_explorer(
         title: A line above the view; None for none.
         digits: Decimal digits of the weights stored in the page (and
             read back in its ``data-weight`` attributes), 1 to 6.
+        max_weights: The most weights ``N * H * L * L`` to store; more
+            are refused (the page grows with them, quadratically in
+            ``L``): pass fewer layers, heads or tokens, or raise it.
+            Default ``mha_lib.viz.MAX_WEIGHTS``, 1,000,000.
     """
     import html as html_lib
     import json
@@ -275,6 +299,17 @@ def attention_explorer(
                          f"got values from {w.min().item()} to "
                          f"{w.max().item()}")
     num_layers, num_heads, length = w.size(0), w.size(1), w.size(-1)
+    if isinstance(max_weights, bool) or not isinstance(max_weights, int) \
+            or max_weights < 1:
+        raise ValueError(f"max_weights: expected a positive int, "
+                         f"got {max_weights!r}")
+    if w.numel() > max_weights:
+        raise ValueError(
+            f"weights: expected at most max_weights={max_weights:,} "
+            f"weights (N * H * L * L; the page stores each), got "
+            f"{num_layers} x {num_heads} x {length} x {length} = "
+            f"{w.numel():,}: pass fewer layers, heads or tokens (e.g. "
+            f"weights[:, :, -64:, -64:]), or raise max_weights")
     if isinstance(tokens, str) or len(tokens) != length:
         raise ValueError(f"tokens: expected a sequence of {length} strings "
                          f"(one per position), got {tokens!r}")
@@ -330,7 +365,7 @@ def attention_explorer(
                        for i, n in enumerate(names))
 
     head_names = [f"head {h}" for h in range(num_heads)]
-    safe_payload = payload.replace("</", "<\\/")
+    safe_payload = _json_for_html(payload)
     parts = [
         f'<div class="attention-explorer" id="{uid}">',
         f"<style>{_EXPLORER_CSS}</style>",

@@ -9,10 +9,14 @@ import torch
 from mha_lib import (
     D2LMultiHeadAttention,
     DotProductAttention,
+    EinsumMultiHeadAttention,
     MultiHeadAttention,
+    MultiHeadLatentAttention,
     PositionalEncoding,
+    TransformerBlock,
     build_vocab,
     encode,
+    padding_mask,
     split_heads,
     transpose_qkv,
 )
@@ -219,3 +223,95 @@ def test_float_keep_drop_mask_is_refused(need_weights):
     out_float, _ = mha(x, mask=additive, need_weights=need_weights)
     out_bool, _ = mha(x, mask=torch.ones(5, 5).tril().bool(), need_weights=need_weights)
     torch.testing.assert_close(out_float, out_bool)
+
+
+# ---------------------------------------------------------------------------------------------
+# Unclear crashes made clear; values no check used to see
+# ---------------------------------------------------------------------------------------------
+
+
+@param("lengths", [[2.0, float("nan")], [2.5, 1.0], [float("inf"), 1.0], [[1.0, 0.5]]])
+def test_padding_mask_refuses_lengths_that_are_not_whole(lengths):
+    with pytest.raises(ValueError, match=r"valid_lens: expected whole numbers of keys, got a "
+                                         r"length of (nan|2\.5|inf|0\.5)"):
+        padding_mask(torch.tensor(lengths))
+    assert torch.equal(padding_mask(torch.tensor([2.0, 1.0])),
+                       padding_mask(torch.tensor([2, 1])))  # whole floats are lengths
+
+
+def _modules_and_inputs():
+    """Each module with a float32 input of the right shape and the input's name."""
+    x = torch.randn(2, 5, 8)
+    return [
+        ("query", lambda m, t: m(t), MultiHeadAttention(8, 2)),
+        ("x", lambda m, t: m(t), MultiHeadLatentAttention(8, 2, 4, 2)),
+        ("x", lambda m, t: m(t), TransformerBlock(8, 2, 16)),
+        ("queries", lambda m, t: m(t, t, t, None), D2LMultiHeadAttention(8, 8, 8, 8, 2, 0.0)),
+        ("q", lambda m, t: m(t, t, t), EinsumMultiHeadAttention(2, 8, 4, 4)),
+    ], x
+
+
+def test_an_input_in_another_dtype_than_the_module_is_named():
+    """A float64 input to a float32 module (or the other way round): the message names the
+    argument, not an internal matrix product."""
+    cases, x = _modules_and_inputs()
+    for name, call, m in cases:
+        for module_dtype, input_dtype in ((torch.float32, torch.float64),
+                                          (torch.float64, torch.float32)):
+            m.to(module_dtype)
+            with pytest.raises(TypeError) as excinfo:
+                call(m, x.to(input_dtype))
+            _mentions(excinfo, rf"^{name}: expected dtype {module_dtype}", r"parameters",
+                      str(input_dtype))
+        call(m.double(), x.double())  # the same dtype is fine
+
+
+@param("shape", [(2, 5), (2, 1)])
+@param("need_weights", [True, False])
+def test_a_row_of_keys_per_sequence_is_pointed_to_padding_mask(shape, need_weights):
+    """(B, Lk) with B != Lq: not an (Lq, Lk) mask; the message says what to pass instead."""
+    m = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 4, 8) if shape == (2, 1) else torch.randn(2, 3, 8)
+    key = torch.randn(2, shape[1], 8)
+    with pytest.raises(ValueError) as excinfo:
+        m(x, key, key, mask=torch.ones(shape, dtype=torch.bool), need_weights=need_weights)
+    _mentions(excinfo, r"^mask: expected a 2-D mask of shape \(Lq, Lk\)", r"\(B, Lk\)",
+              r"mask\[:, None, None, :\]", r"padding_mask")
+
+
+def test_a_row_of_keys_per_sequence_with_b_equal_to_lq_is_read_as_lq_lk():
+    """Documented, since no check can tell: with B == Lq a (B, Lk) mask is an (Lq, Lk) one."""
+    m = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(3, 3, 8)
+    rows = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(m(x, mask=rows)[0], m(x, mask=rows[None, None])[0])
+    assert not torch.equal(m(x, mask=rows)[0], m(x, mask=rows[:, None, None])[0])
+    doc = " ".join(MultiHeadAttention.forward.__doc__.split())
+    assert "read as ``(Lq, Lk)`` when ``B == Lq``" in doc
+
+
+def test_forward_mode_ad_on_the_fused_path_says_use_need_weights_true():
+    m = MultiHeadAttention(8, 2)
+    x, tangent = torch.randn(2, 4, 8), torch.randn(2, 4, 8)
+    with pytest.raises(NotImplementedError, match=r"need_weights=False .* no forward-mode AD: "
+                                                  r"use need_weights=True"):
+        torch.func.jvp(lambda t: m(t, need_weights=False)[0], (x,), (tangent,))
+    _, explicit = torch.func.jvp(lambda t: m(t)[0], (x,), (tangent,))
+    eps = 1e-3  # the explicit path has it: a central difference agrees
+    diff = (m(x + eps * tangent)[0] - m(x - eps * tangent)[0]) / (2 * eps)
+    torch.testing.assert_close(explicit, diff, atol=1e-2, rtol=1e-2)
+
+
+def test_double_backward_on_the_fused_path_says_use_need_weights_true():
+    m = MultiHeadAttention(8, 2)
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    out, _ = m(x, is_causal=True, need_weights=False)
+    (grad,) = torch.autograd.grad(out.square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"no double backward .*: use need_weights=True"):
+        grad.square().sum().backward()
+    # first-order training is untouched, and the explicit path has second derivatives
+    m(x, need_weights=False)[0].sum().backward()
+    out, _ = m(x, is_causal=True)
+    (grad,) = torch.autograd.grad(out.square().sum(), x, create_graph=True)
+    grad.square().sum().backward()
+    assert torch.isfinite(x.grad).all()

@@ -1,6 +1,11 @@
 """KVCache, and decoding with it: feeding a sequence step by step (or chunk by chunk) through
 the cache gives exactly what full causal self-attention over the sequence gives."""
 
+import copy
+import gc
+import io
+import pickle
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -46,6 +51,7 @@ def test_values_may_be_wider_than_keys():
     assert keys.shape == (1, 2, 4, 4) and values.shape == (1, 2, 4, 6)
 
 
+@torch.no_grad()  # with gradients on, each call returns new tensors (autograd may keep them)
 def test_storage_grows_by_doubling_not_by_cat():
     """A long decode reallocates O(log L) times, not once per step: the storage pointer
     changes only when the capacity doubles."""
@@ -287,3 +293,144 @@ def test_gqa_cache_is_smaller(num_kv_heads):
     with torch.no_grad():
         m(torch.randn(3, 10, 16), mask=causal_mask(10), cache=cache, need_weights=False)
     assert cache.nbytes == 2 * 3 * num_kv_heads * 10 * 4 * 4  # K and V, B H_kv L D, float32
+
+
+# ---------------------------------------------------------------------------------------------
+# Whose cache it is: an id the writing module carries, copied with it
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_module_built_again_cannot_continue_the_cache_of_the_gone_one():
+    """Running a notebook cell again builds a new model while the old cache lives on: the
+    new module (same class, same shapes) is refused after the old one is collected."""
+    cache = KVCache()
+    first = MultiHeadAttention(16, 4)
+    first(torch.randn(2, 3, 16), is_causal=True, cache=cache)
+    del first
+    gc.collect()
+    again = MultiHeadAttention(16, 4)
+    with pytest.raises(ValueError, match=r"cache: layer 0 of this KVCache already holds the "
+                                         r"keys of another module \(a MultiHeadAttention"):
+        again(torch.randn(2, 1, 16), cache=cache)
+    again(torch.randn(2, 1, 16), cache=cache.reset())
+    assert cache.length == 1
+
+
+def _decode(m, x, cache):
+    return m(x, cache=cache, need_weights=False)[0]
+
+
+def test_copies_of_module_and_cache_together_go_on_decoding():
+    """copy.deepcopy((model, cache)) and pickle: the copied module is the writer of the
+    copied cache, and continues it exactly as the original continues its own; a cache saved
+    with torch.save loads with weights_only=True and its writer continues it."""
+    torch.manual_seed(6)
+    m = GroupedQueryAttention(16, 4, 2).eval()
+    x = torch.randn(2, 5, 16)
+    cache = KVCache()
+    with torch.no_grad():
+        m(x[:, :4], is_causal=True, cache=cache)
+        copies = {"deepcopy": copy.deepcopy((m, cache)),
+                  "pickle": pickle.loads(pickle.dumps((m, cache)))}
+        buffer = io.BytesIO()
+        torch.save(cache, buffer)
+        buffer.seek(0)
+        with torch.serialization.safe_globals([KVCache]):
+            copies["torch.save"] = (m, torch.load(buffer, weights_only=True))
+        expected = _decode(m, x[:, 4:], cache)
+        for how, (m2, cache2) in copies.items():
+            assert cache2.length == 4, how
+            assert_close(_decode(m2, x[:, 4:], cache2), expected, msg=how)
+            assert cache2.length == 5 and cache.length == 5, how
+
+
+def test_a_used_cache_pickles_alone_and_its_writer_continues_the_copy():
+    """A copy of the cache alone (a beam branched off, say) is continued by the module that
+    wrote the original; another module is still refused."""
+    torch.manual_seed(7)
+    m = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(1, 4, 16)
+    with torch.no_grad():
+        cache = KVCache()
+        m(x[:, :3], is_causal=True, cache=cache)
+        branch = pickle.loads(pickle.dumps(cache))
+        assert_close(_decode(m, x[:, 3:], branch), _decode(m, x[:, 3:], cache))
+        with pytest.raises(ValueError, match="another module"):
+            _decode(MultiHeadAttention(16, 4), x[:, 3:], copy.deepcopy(branch))
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search: reorder(), read-only keys and values
+# ---------------------------------------------------------------------------------------------
+
+
+@param("window", [None, 3])
+@param("kind", list(MODULES))
+def test_reorder_is_decoding_the_reordered_sequences(kind, window):
+    """After cache.reorder(indices) the next step is what decoding the sequences x[indices]
+    from the start gives: rows picked, repeated, dropped, in the given order."""
+    torch.manual_seed(8)
+    m = MODULES[kind]().eval()
+    x = torch.randn(3, 6, 16)
+    indices = torch.tensor([2, 0, 0, 1])
+    with torch.no_grad():
+        cache = KVCache(window=window)
+        m(x[:, :5], is_causal=True, cache=cache)
+        assert cache.reorder(indices) is cache and cache.batch_size == 4
+        step = _decode(m, x[indices, 5:], cache)
+        fresh = KVCache(window=window)
+        m(x[indices, :5], is_causal=True, cache=fresh)
+        assert_close(step, _decode(m, x[indices, 5:], fresh), **TOL)
+        for ours, theirs in zip(cache.keys + cache.values, fresh.keys + fresh.values,
+                                strict=True):
+            assert_close(ours, theirs, **TOL)
+
+
+def test_keys_and_values_are_read_only():
+    cache = KVCache(2)
+    cache.update(torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4))
+    for seq in (cache.keys, cache.values):
+        assert isinstance(seq, tuple) and len(seq) == 2 and seq[1] is None
+        with pytest.raises(TypeError, match=r"read-only .* cache\.reorder\(indices\)"):
+            seq[0] = torch.zeros(2, 1, 3, 4)
+    with pytest.raises(ValueError, match=r"indices: expected indices into the cache's batch "
+                                         r"of 2 sequences, in \[0, 2\), got values from 0 to 2"):
+        cache.reorder(torch.tensor([0, 2]))
+    with pytest.raises(TypeError, match=r"indices: expected an integer tensor"):
+        cache.reorder(torch.tensor([0.0, 1.0]))
+    assert cache.keys[0].shape == (2, 1, 3, 4)  # nothing changed
+
+
+def test_another_batch_size_is_refused_naming_the_batch():
+    m = MultiHeadAttention(16, 4)
+    cache = KVCache()
+    m(torch.randn(2, 3, 16), is_causal=True, cache=cache)
+    with pytest.raises(ValueError, match=r"cache: holds a batch of 2 sequences, got a call with "
+                                         r"a batch of 3; .* cache\.reorder"):
+        m(torch.randn(3, 1, 16), cache=cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# Training through a cached decode
+# ---------------------------------------------------------------------------------------------
+
+
+@param("need_weights", [True, False])
+def test_training_the_queries_through_a_cached_decode(need_weights):
+    """Only q_proj trains (keys and values frozen, so they need no graph): a loss summed over
+    a cached decode backpropagates with the default cache, and gives q_proj the gradient of
+    the same loss over the full causal forward."""
+    torch.manual_seed(9)
+    m = MultiHeadAttention(16, 4)
+    for p in m.parameters():
+        p.requires_grad_(p is m.q_proj.weight)
+    x = torch.randn(2, 6, 16)
+    weights = torch.randn(2, 6, 16)
+    cache = KVCache()
+    steps = [m(x[:, :3], is_causal=True, cache=cache, need_weights=need_weights)[0]]
+    steps += [m(x[:, t:t + 1], cache=cache, need_weights=need_weights)[0] for t in range(3, 6)]
+    (torch.cat(steps, 1) * weights).sum().backward()
+    decoded = m.q_proj.weight.grad.clone()
+    m.q_proj.weight.grad = None
+    (m(x, is_causal=True, need_weights=need_weights)[0] * weights).sum().backward()
+    assert_close(decoded, m.q_proj.weight.grad, **TOL)

@@ -18,12 +18,14 @@ def pre_norm(block, x):
 def test_block_params_checker():
     assert check_block_params(block_params)
     no_norms = check_block_params(lambda d, f: block_params(d, f) - 4 * d)
-    assert not no_norms and "LayerNorms have parameters" in no_norms.message
-    assert "attention projections have biases" in no_norms.message  # both: 4 d
+    # 4 d_model is both the LayerNorms and the attention biases: the hint names both
+    assert not no_norms and "LayerNorms' gamma and beta" in no_norms.message
+    assert "attention biases" in no_norms.message
     nothing_but_matrices = check_block_params(lambda d, f: 4 * d * d + 2 * d * f)
     assert not nothing_but_matrices and "gamma and beta" in nothing_but_matrices.message
     no_ffn_bias = check_block_params(lambda d, f: block_params(d, f) - f - d)
     assert not no_ffn_bias and "FFN layers have biases" in no_ffn_bias.message
+    assert str(block_params(8, 32)) not in no_ffn_bias.message  # never the answer
     two_matrices = check_block_params(lambda d, f: block_params(d, f) - 2 * d * d)
     assert not two_matrices and "four" in two_matrices.message
     raising = check_block_params(lambda d, f: 1 / 0)
@@ -60,7 +62,8 @@ def test_pre_norm_checker():
         x = block.norm2(x)
         return x + block.linear2(block.activation(block.linear1(x)))
 
-    assert not check_pre_norm(normed_stream)
+    streamed = check_pre_norm(normed_stream)
+    assert not streamed and "residual stream itself" in streamed.message
 
     def no_activation(block, x):
         x = x + block.attn(block.norm1(x), need_weights=False)[0]

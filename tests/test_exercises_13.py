@@ -53,7 +53,7 @@ def test_tiled_softmax_checker():
     assert not two_pass and "at once" in two_pass.message
     per_block = check_tiled_softmax(lambda s, b: torch.cat(
         [torch.softmax(x, dim=-1) for x in s.split(b, dim=-1)], dim=-1))
-    assert not per_block and "each block on its own" in per_block.message
+    assert not per_block and "normalised on its own" in per_block.message
 
 
 def test_masked_tiles_checker():

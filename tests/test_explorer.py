@@ -242,3 +242,58 @@ def test_chapter_15_explorer_in_the_built_book(offline_page, built_book: Path) -
     assert width <= column + 1, "the explorer is wider than the book's column"
     assert errors == []
     assert blocked == []
+
+
+# --- tokens that are markup, and the size of the page ------------------------------------
+
+HOSTILE = ["<!--", "<script>", "&amp;", "</script>", "a\u2028b", "x\u2029", "<b>"]
+
+
+def test_data_block_escapes_what_the_html_parser_reads() -> None:
+    """No '<', '>' or '&' (nor U+2028/U+2029) inside the JSON: a token "<!--" followed by
+    "<script>" would otherwise put the parser in its double-escaped state and swallow the
+    explorer's script and the rest of the page. The data reads back unchanged."""
+    weights = causal_weights(1, 2, len(HOSTILE), seed=8)
+    html = attention_explorer(weights, HOSTILE, layer_names=["<b>&"]).html
+    block = html.split('class="ae-data">', 1)[1].split("</script>", 1)[0]
+    for char in ("<", ">", "&", "\u2028", "\u2029"):
+        assert char not in block, f"{char!r} in the data block"
+    data = json.loads(block)
+    assert data["tokens"] == HOSTILE and data["layers"] == ["<b>&"]
+    assert html.count("<script") == 2 and html.count("</script>") == 2
+
+
+def test_too_many_weights_are_refused_unless_allowed() -> None:
+    weights = torch.full((2, 2, 30, 30), 1 / 30)  # 3,600 weights
+    tokens = [str(i) for i in range(30)]
+    with pytest.raises(ValueError, match=r"weights: expected at most max_weights=1,000 "
+                                         r"weights .* got 2 x 2 x 30 x 30 = 3,600: pass fewer"):
+        attention_explorer(weights, tokens, max_weights=1000)
+    assert stored(attention_explorer(weights, tokens, max_weights=3600))["weights"]
+    big = torch.full((1, 4, 501, 501), 1 / 501)  # past the default, 1,000,000
+    with pytest.raises(ValueError, match=r"max_weights=1,000,000"):
+        attention_explorer(big, ["t"] * 501)
+    with pytest.raises(ValueError, match=r"max_weights: expected a positive int"):
+        attention_explorer(weights, tokens, max_weights=0)
+
+
+@pytest.mark.browser
+def test_markup_tokens_leave_the_explorer_and_the_page_whole(offline_page,  # noqa: ANN001
+                                                             tmp_path: Path) -> None:
+    """In Chromium: with tokens that are markup, the explorer's script runs (hover and focus
+    show the stored weights) and what follows it on the page is still there."""
+    page, blocked, errors = offline_page
+    weights = causal_weights(1, 2, len(HOSTILE), seed=9)
+    body = (attention_explorer(weights, HOSTILE).html
+            + '<p id="after">the rest of the page</p>')
+    path = tmp_path / "hostile.html"
+    path.write_text(f"<!DOCTYPE html><html><body>{body}</body></html>", encoding="utf-8")
+    page.goto(path.as_uri())
+    root = page.locator(".attention-explorer")
+    assert root.count() == 1 and root.get_attribute("data-ready") == "1"
+    assert page.locator("#after").text_content() == "the rest of the page"
+    shown = root.locator(".ae-q .ae-tok").evaluate_all(
+        "els => els.map(e => e.firstChild.textContent)")
+    assert shown == HOSTILE
+    assert check_explorer(root, weights, page) == 1 * 2 * 2 * len(HOSTILE)
+    assert errors == [] and blocked == []

@@ -43,6 +43,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--port=18765",
          "--port-retries=50", "--ServerApp.ip=127.0.0.1", "--IdentityProvider.token=",
+         "--allow-root",
          "--ServerApp.password=", f"--ServerApp.root_dir={root / 'book'}",
          f"--LabApp.user_settings_dir={root / 'user-settings'}",
          f"--LabApp.app_settings_dir={settings}"],
@@ -75,8 +76,8 @@ def test_jupyterlab_with_myst_shows_no_raw_syntax(name: str, lab: str) -> None:
         page = browser.new_page(viewport={"width": 1280, "height": 900})
         page.route("**/*", lambda route, request: route.continue_()
                    if request.url.startswith((lab, "data:", "blob:")) else route.abort())
-        page.goto(f"{lab}/lab/tree/{name}")
-        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=90_000)
+        page.goto(f"{lab}/lab/tree/{name}?reset")  # a fresh workspace: this tab alone
+        page.wait_for_selector(".jp-Notebook .jp-MarkdownCell", timeout=240_000)
         page.wait_for_timeout(5000)  # kernels, renderers and images settle
         text = page.evaluate("() => document.querySelector('.jp-Notebook').innerText")
         images = page.evaluate("() => [...document.querySelectorAll('.jp-Notebook img')]"

@@ -5,8 +5,11 @@ the latent and the rotary key; masks and errors behave as in MultiHeadAttention.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
+import torch.nn.utils.prune
 
 from mha_lib import (
     KVCache,
@@ -174,3 +177,94 @@ def test_rotary_and_latent_attention_compile_fullgraph_and_export():
         wrapped = Wrapped(module)
         exported = torch.export.export(wrapped, (x,))
         torch.testing.assert_close(exported.module()(x), wrapped(x))
+
+
+def test_absorbed_form_sees_what_the_layers_do_now():
+    """Pruned and spectrally normalised k_up and v_up, whose `.weight` is recomputed only
+    when the layer is called: after an update of the underlying weights (an optimizer
+    step), the absorbed form follows, as the explicit one does. (Eval mode: in training,
+    spectral_norm takes a power-iteration step at every call.)"""
+    torch.manual_seed(5)
+    m = MultiHeadLatentAttention(16, 4, 6, 4).eval()
+    torch.nn.utils.prune.l1_unstructured(m.k_up, "weight", amount=0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.nn.utils.spectral_norm(m.v_up)
+    x = torch.randn(2, 5, 16)
+    for step in range(3):
+        with torch.no_grad():  # what an optimizer step does
+            m.k_up.weight_orig.mul_(1.5).add_(0.1)
+            m.v_up.weight_orig.add_(torch.randn_like(m.v_up.weight_orig))
+        absorbed, _ = m(x, is_causal=True, absorb=True)
+        explicit, _ = m(x, is_causal=True)
+        torch.testing.assert_close(absorbed, explicit, msg=f"step {step}")
+
+
+@param("need_weights", [True, False])
+def test_absorbed_form_trains_the_layers_it_calls(need_weights):
+    """Gradients reach k_up and v_up (and a LoRA inside them) through the absorbed form,
+    the same as through the explicit one."""
+    torch.manual_seed(6)
+    m = MultiHeadLatentAttention(16, 4, 6, 4)
+    x = torch.randn(2, 5, 16)
+    grads = {}
+    for absorb in (False, True):
+        m.zero_grad()
+        out, _ = m(x, is_causal=True, absorb=absorb, need_weights=need_weights)
+        (out * torch.arange(16.0)).sum().backward()
+        grads[absorb] = (m.k_up.weight.grad.clone(), m.v_up.weight.grad.clone())
+    for ours, theirs in zip(grads[True], grads[False], strict=True):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_biases_of_the_up_layers_are_carried_in_the_absorbed_form():
+    """An affine k_up or v_up (a bias added by a wrapper or a hook) keeps the two forms
+    equal, with dropout on and on a row with nothing to attend to."""
+    torch.manual_seed(7)
+    m = MultiHeadLatentAttention(16, 4, 6, 4)
+    m.k_up = torch.nn.Linear(6, 16)  # with biases
+    m.v_up = torch.nn.Linear(6, 16)
+    x = torch.randn(2, 5, 16)
+    mask = causal_mask(5).clone()
+    mask[2] = False  # query 2 sees nothing: zero output, not v_up's bias
+    for need_weights in (True, False):
+        explicit, w1 = m(x, mask=mask, need_weights=need_weights)
+        absorbed, w2 = m(x, mask=mask, absorb=True, need_weights=need_weights)
+        torch.testing.assert_close(absorbed, explicit)
+        if need_weights:
+            torch.testing.assert_close(w2, w1)
+    m.train().attn_dropout.p = 0.5
+    for need_weights in (True, False):
+        torch.manual_seed(8)
+        explicit, _ = m(x, mask=mask, need_weights=need_weights)
+        torch.manual_seed(8)
+        absorbed, _ = m(x, mask=mask, absorb=True, need_weights=need_weights)
+        torch.testing.assert_close(absorbed, explicit)
+
+
+def half_to_adjacent(d):
+    """Feature k of the adjacent layout is feature perm[k] of the "rotate half" one."""
+    return torch.stack([torch.arange(d // 2), torch.arange(d // 2) + d // 2], 1).flatten()
+
+
+@param("absorb", [False, True])
+def test_interleaved_rotary_layout_is_the_permuted_half_layout(absorb):
+    """DeepSeek's adjacent-pair layout: interleaved=True equals the default layout with the
+    rows of q_rope_proj and k_rope_proj permuted (chapter 16), and equals the equations
+    with an adjacent-pair rotation."""
+    torch.manual_seed(9)
+    half = MultiHeadLatentAttention(16, 4, 6, 4, bias=True)
+    adjacent = MultiHeadLatentAttention(16, 4, 6, 4, bias=True, interleaved=True)
+    adjacent.load_state_dict(half.state_dict())
+    perm = half_to_adjacent(4)  # R = 4
+    rows = torch.cat([h * 4 + perm for h in range(4)])  # per head of q_rope_proj
+    with torch.no_grad():
+        for layer, index in ((adjacent.q_rope_proj, rows), (adjacent.k_rope_proj, perm)):
+            layer.weight.copy_(layer.weight[index])
+            layer.bias.copy_(layer.bias[index])
+    x = torch.randn(2, 5, 16)
+    torch.testing.assert_close(adjacent(x, is_causal=True, absorb=absorb)[0],
+                               half(x, is_causal=True, absorb=absorb)[0])
+    assert "interleaved=True" in repr(adjacent)
+    with pytest.raises(TypeError, match="interleaved: expected a bool"):
+        MultiHeadLatentAttention(16, 4, 6, 4, interleaved=1)

@@ -137,3 +137,22 @@ def test_decode_speed_reports_times_and_agreement():
     assert result["same_tokens"] is True
     assert result["cached_ms"] > 0 and result["uncached_ms"] > 0
     assert m.training  # its mode is restored
+
+
+def test_generate_decodes_in_eval_mode_and_restores_the_modes():
+    """A model left in training mode with dropout: generate still decodes greedily without
+    dropout (the same tokens every run, cached or not, as in eval mode), and hands the model
+    back in the modes it had, module by module."""
+    torch.manual_seed(2)
+    m = TinyTransformer(vocab_size=11, d_model=16, num_heads=4, num_layers=2, max_len=24,
+                        dropout=0.5)
+    prompt = torch.randint(11, (3, 4))
+    expected = m.eval().generate(prompt, 16)
+    m.train()
+    m.blocks[1].ffn_dropout.eval()  # a mode of its own, kept
+    modes = {name: mod.training for name, mod in m.named_modules()}
+    for use_cache in (True, False, True):
+        assert torch.equal(m.generate(prompt, 16, use_cache=use_cache), expected)
+        assert {name: mod.training for name, mod in m.named_modules()} == modes
+    m(prompt)  # still in training mode: dropout acts
+    assert not torch.equal(m(prompt), m(prompt))

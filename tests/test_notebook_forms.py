@@ -145,18 +145,35 @@ def test_set_up_cell_installs_from_the_repository_on_colab(
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_figures_are_embedded_and_match_their_files(path: Path) -> None:
+    """Every image travels inside the notebook as the PNG copy of its SVG (JupyterLab
+    shows PNG attachments, not SVG ones), the copy drawn from the current SVG."""
     nb = _read(path)
     for cell in nb.cells:
         if cell.cell_type != "markdown":
             continue
         images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", cell.source)
-        assert all(i.startswith("attachment:") for i in images), (
+        assert all(re.match(r"attachment:[\w-]+\.png$", i) for i in images), (
             f"{path.name}: an image by path is lost when the notebook is alone: {images}")
         for name in (i.split(":", 1)[1] for i in images):
-            data = cell.get("attachments", {}).get(name, {}).get("image/svg+xml")
+            data = cell.get("attachments", {}).get(name, {}).get("image/png")
             assert data, f"{path.name}: attachment {name} missing; {FIX}"
             assert base64.b64decode(data) == (forms.FIGURES / name).read_bytes(), (
                 f"{path.name}: attachment {name} differs from book/figures/{name}; {FIX}")
+
+
+def test_every_diagram_has_a_fresh_png_copy(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location("rasterize",
+                                                  forms.FIGURES / "rasterize.py")
+    rasterize = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rasterize)
+    assert rasterize.stale() == [], (
+        "PNG copies drawn from an older SVG: run .venv/bin/python book/figures/rasterize.py")
+    # planted: a copy drawn from another version of its SVG, and a missing copy
+    svg = next(forms.FIGURES.glob("*.svg"))
+    (tmp_path / "a.svg").write_bytes(svg.read_bytes() + b"\n")
+    (tmp_path / "a.png").write_bytes(svg.with_suffix(".png").read_bytes())
+    (tmp_path / "b.svg").write_bytes(svg.read_bytes())
+    assert [p.name for p in rasterize.stale(tmp_path)] == ["a.svg", "b.svg"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -241,7 +258,7 @@ def test_stamp_numbers_folds_and_is_idempotent() -> None:
     assert titles == [forms.TITLE_LINE.format(number=n) for n in ("7.1", "7.1", "7.2")]
     assert nb.cells[-1].source == "print(4)" and "cellView" not in nb.cells[-1].metadata
     assert nb.metadata["colab"]["collapsed_sections"] == ["nb-solution-7-1", "nb-solution-7-2"]
-    assert "attachment:strip_07.svg" in nb.cells[0].source
+    assert "attachment:strip_07.png" in nb.cells[0].source
     assert forms.install_note(REPO_URL) in nb.cells[0].source
     nbformat.validate(nb)
     again = copy.deepcopy(nb)

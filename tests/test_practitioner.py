@@ -1,5 +1,7 @@
-"""MultiHeadAttention as practitioners use it: hooks, LoRA, subclassed, quantized, pruned and
-reparametrized layers; autocast; torch.compile(fullgraph=True) and torch.export.
+"""MultiHeadAttention (and RotaryAttention, MultiHeadLatentAttention, TransformerBlock and
+TinyTransformer, in the second half) as practitioners use them: hooks, LoRA, subclassed,
+quantized, pruned and reparametrized layers; autocast; torch.compile(fullgraph=True) and
+torch.export.
 
 The module's contract: both paths (``need_weights=True``, the explicit one, and ``False``,
 on ``F.scaled_dot_product_attention``) call its own layers, ``self.q_proj(x)`` and so on,
@@ -10,7 +12,8 @@ and take dropout from its ``nn.Dropout``. So for every change made to a layer be
   (``by_hand``, written here from the formula) and differ from the unchanged module.
 
 A module that read ``q_proj.weight`` instead of calling ``q_proj`` fails most of these
-(tried: a fused path on ``F.linear(x, layer.weight, layer.bias)`` fails 24 of them).
+(tried: a fused path on ``F.linear(x, layer.weight, layer.bias)`` fails 24 of them; latent
+attention's absorbed form reading ``k_up.weight`` and ``v_up.weight`` fails 26).
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from mha_lib import (
     GroupedQueryAttention,
     KVCache,
     MultiHeadAttention,
+    MultiHeadLatentAttention,
+    RotaryAttention,
     TinyTransformer,
+    TransformerBlock,
     causal_mask,
 )
 
@@ -280,7 +286,15 @@ def test_compile_fullgraph_matches_eager(kind, mask_kind, need_weights):
     model = _Attend(KINDS[kind](16).eval(), need_weights)
     x, mask = torch.randn(2, 6, 16), MASKS[mask_kind](6)
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    assert_close(compiled(x, mask), model(x, mask))
+    with _float_mask_warning(mask_kind):
+        assert_close(compiled(x, mask), model(x, mask))
+
+
+def _float_mask_warning(mask_kind: str):
+    """Compiling or exporting with a float mask warns that its values go unchecked."""
+    if mask_kind == "float":
+        return pytest.warns(UserWarning, match="mask: a float mask is added")
+    return warnings.catch_warnings()
 
 
 @param("mask_kind", list(MASKS))
@@ -290,7 +304,8 @@ def test_export_matches_eager(kind, mask_kind):
     model = _Attend(KINDS[kind](16).eval(), need_weights=False)
     x, mask = torch.randn(2, 6, 16), MASKS[mask_kind](6)
     args = (x,) if mask is None else (x, mask)
-    exported = torch.export.export(model, args)
+    with _float_mask_warning(mask_kind):
+        exported = torch.export.export(model, args)
     assert_close(exported.module()(*args), model(*args))
 
 
@@ -318,6 +333,41 @@ def test_value_check_still_runs_in_eager_mode():
     m = MultiHeadAttention(16, 4)
     with pytest.raises(ValueError, match="only 0s and 1s"):
         m(torch.randn(2, 6, 16), mask=causal_mask(6).float())
+
+
+@param("need_weights", [True, False])
+def test_compiled_and_exported_calls_say_the_float_mask_is_not_value_checked(need_weights):
+    """Eager refuses a float 0/1 mask; a compiler cannot read its values, so a compiled or
+    exported call adds it as given: never silently, a UserWarning says so while tracing."""
+    torch.manual_seed(11)
+    model = _Attend(MultiHeadAttention(16, 4).eval(), need_weights)
+    x, keep = torch.randn(2, 6, 16), causal_mask(6).float()  # 1 = keep: the mistake
+    with pytest.raises(ValueError, match="only 0s and 1s"):
+        model(x, keep)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with pytest.warns(UserWarning, match=r"mask: a float mask is added .* torch\.compile"):
+        compiled(x, keep)
+    with pytest.warns(UserWarning, match=r"mask: a float mask is added .* torch\.export"):
+        torch.export.export(model, (x, keep))
+    with warnings.catch_warnings():  # a bool mask: nothing to say
+        warnings.simplefilter("error")
+        torch._dynamo.reset()
+        torch.compile(model, fullgraph=True, backend="aot_eager")(x, causal_mask(6))
+
+
+@param("need_weights", [True, False])
+def test_vmap_over_per_sample_float_masks(need_weights):
+    """vmap cannot read a value either: a float mask per sample is added (with the same
+    warning), and each sample gets what a call of its own gives."""
+    torch.manual_seed(12)
+    m = MultiHeadAttention(16, 4).eval()
+    x = torch.randn(3, 1, 5, 16)
+    masks = torch.randn(3, 5, 5).masked_fill(~causal_mask(5), float("-inf"))
+    with pytest.warns(UserWarning, match=r"mask: .* torch\.func\.vmap"):
+        out = torch.func.vmap(lambda t, mk: m(t, mask=mk, need_weights=need_weights)[0])(
+            x, masks)
+    for i in range(3):
+        assert_close(out[i], m(x[i], mask=masks[i], need_weights=need_weights)[0], **TOL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,3 +412,275 @@ def test_sdpa_reference_agrees_with_by_hand():
     out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     expected = m.out_proj(out.transpose(1, 2).reshape(2, 5, 16))
     assert_close(by_hand(m, x, causal_mask(5)), expected, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------
+# The other modules: RotaryAttention, MultiHeadLatentAttention (both forms), TransformerBlock,
+# TinyTransformer. Each change acts on two of the module's layers, named by path.
+# ---------------------------------------------------------------------------------------------
+
+
+def rotate_half_by_hand(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary positions 0, 1, ... of x (..., L, D), "rotate half" layout, written as
+    x cos + rotate_half(x) sin (Hugging Face's Llama), in float64."""
+    length, dim = x.shape[-2:]
+    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * inv_freq  # (L, D/2)
+    emb = torch.cat([angles, angles], dim=-1)  # (L, D)
+    half = torch.cat([-x[..., dim // 2:], x[..., :dim // 2]], dim=-1).double()
+    return (x.double() * emb.cos() + half * emb.sin()).to(x.dtype)
+
+
+def rotary_by_hand(m: RotaryAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """by_hand with queries and keys rotated after the split into heads."""
+    batch, length, _ = x.shape
+    heads, kv_heads, head_dim = m.num_heads, m.num_kv_heads, m.head_dim
+    q = m.q_proj(x).view(batch, length, heads, head_dim).transpose(1, 2)
+    k = m.k_proj(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    v = m.v_proj(x).view(batch, length, kv_heads, head_dim).transpose(1, 2)
+    q, k = rotate_half_by_hand(q, m.base), rotate_half_by_hand(k, m.base)
+    index = torch.arange(heads) // (heads // kv_heads)
+    scores = q @ k[:, index].transpose(-2, -1) / math.sqrt(head_dim)
+    out = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v[:, index]
+    return m.out_proj(out.transpose(1, 2).reshape(batch, length, heads * head_dim))
+
+
+def latent_by_hand(m: MultiHeadLatentAttention, x: torch.Tensor, mask: torch.Tensor
+                   ) -> torch.Tensor:
+    """DeepSeek-V2's equations with every layer called on the tokens (keys and values
+    rebuilt from the latents), whatever the module's `absorb`."""
+    batch, length, _ = x.shape
+    heads, head_dim, rope = m.num_heads, m.head_dim, m.rope_dim
+    c = m.kv_down(x)  # (B, L, C)
+    k_c = m.k_up(c).view(batch, length, heads, head_dim).transpose(1, 2)
+    v_c = m.v_up(c).view(batch, length, heads, head_dim).transpose(1, 2)
+    k_r = rotate_half_by_hand(m.k_rope_proj(x)[:, None], m.base)  # (B, 1, L, R)
+    q_c = m.q_proj(x).view(batch, length, heads, head_dim).transpose(1, 2)
+    q_r = rotate_half_by_hand(
+        m.q_rope_proj(x).view(batch, length, heads, rope).transpose(1, 2), m.base)
+    scores = (q_c @ k_c.transpose(-2, -1) + q_r @ k_r.transpose(-2, -1)) \
+        / math.sqrt(head_dim + rope)
+    out = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1) @ v_c
+    return m.out_proj(out.transpose(1, 2).reshape(batch, length, heads * head_dim))
+
+
+def block_by_hand(block: TransformerBlock, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Pre-norm: x + attn(LN1(x)), then + linear2(act(linear1(LN2(x))))."""
+    x = x + by_hand(block.attn, block.norm1(x), mask)
+    return x + block.linear2(block.activation(block.linear1(block.norm2(x))))
+
+
+def tiny_by_hand(model: TinyTransformer, idx: torch.Tensor) -> torch.Tensor:
+    """Embeddings, the blocks with a causal mask, the final LayerNorm and the head."""
+    length = idx.size(1)
+    x = model.tok_emb(idx) + model.pos_emb(torch.arange(length))
+    for block in model.blocks:
+        x = block_by_hand(block, x, causal_mask(length))
+    return model.head(model.ln_f(x))
+
+
+def _run(kind: str, m: nn.Module, x: torch.Tensor, **path) -> torch.Tensor:
+    """The module's causal output on one path: need_weights (and absorb for latent)."""
+    if kind == "tiny":
+        return m(x, need_weights=path["need_weights"])[0] if path["need_weights"] else m(x)
+    return m(x, is_causal=True, **path)[0]
+
+
+class Kind:
+    """A module kind: how to make one, its independent reference, its input, the two
+    layers a change acts on, and the keyword sets of its paths."""
+
+    def __init__(self, make, reference, inputs, targets, paths):
+        self.make, self.reference, self.inputs = make, reference, inputs
+        self.targets, self.paths = targets, paths
+
+
+NEED = [{"need_weights": True}, {"need_weights": False}]
+ABSORB = [{"need_weights": w, "absorb": a} for w in (True, False) for a in (False, True)]
+MORE_KINDS = {
+    "rotary": Kind(lambda: RotaryAttention(16, 4, 2), rotary_by_hand,
+                   lambda: torch.randn(2, 5, 16), ("q_proj", "v_proj"), NEED),
+    "latent": Kind(lambda: MultiHeadLatentAttention(16, 4, 6, 4, bias=True), latent_by_hand,
+                   lambda: torch.randn(2, 5, 16), ("k_up", "v_up"), ABSORB),
+    "latent_large": Kind(lambda: MultiHeadLatentAttention(64, 4, 24, 8), latent_by_hand,
+                         lambda: torch.randn(2, 96, 64), ("k_up", "v_up"), ABSORB),
+    "block": Kind(lambda: TransformerBlock(16, 4, 32), block_by_hand,
+                  lambda: torch.randn(2, 5, 16), ("attn.q_proj", "linear1"), NEED),
+    "tiny": Kind(lambda: TinyTransformer(11, 16, 4, 2, max_len=8, num_kv_heads=2),
+                 lambda m, idx, mask: tiny_by_hand(m, idx), lambda: torch.randint(11, (2, 5)),
+                 ("blocks.1.attn.k_proj", "head"), NEED),
+}
+
+
+def _get(m: nn.Module, path: str) -> nn.Module:
+    return m.get_submodule(path)
+
+
+def _set(m: nn.Module, path: str, layer: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(m.get_submodule(parent), name, layer)
+
+
+def _hooks_at(m, first, second):
+    _get(m, first).register_forward_hook(lambda layer, args, out: out * 2)
+    _get(m, second).register_forward_hook(lambda layer, args, out: out - 1)
+
+
+def _pre_hook_at(m, first, second):
+    _get(m, second).register_forward_pre_hook(lambda layer, args: (args[0].flip(-1),))
+
+
+def _lora_at(expose_weight):
+    def change(m, first, second):
+        for path in (first, second):
+            _set(m, path, LoRA(_get(m, path), expose_weight=expose_weight))
+    return change
+
+
+def _subclass_at(m, first, second):
+    old = _get(m, first)
+    new = ScaledLinear(old.in_features, old.out_features, bias=old.bias is not None)
+    new.load_state_dict(old.state_dict())
+    _set(m, first, new)
+
+
+def _prune_at(m, first, second):
+    for path in (first, second):
+        torch.nn.utils.prune.l1_unstructured(_get(m, path), "weight", amount=0.5)
+
+
+def _spectral_norm_at(m, first, second):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.nn.utils.spectral_norm(_get(m, first))
+
+
+def _parametrize_at(m, first, second):
+    torch.nn.utils.parametrize.register_parametrization(_get(m, first), "weight", Halve())
+
+
+CHANGES_AT = {
+    "forward_hook": _hooks_at,
+    "forward_pre_hook": _pre_hook_at,
+    "lora_with_weight": _lora_at(True),
+    "lora_without_weight": _lora_at(False),
+    "linear_subclass": _subclass_at,
+    "prune": _prune_at,
+    "spectral_norm": _spectral_norm_at,
+    "parametrize": _parametrize_at,
+}
+
+
+@param("change", list(CHANGES_AT))
+@param("kind", list(MORE_KINDS))
+def test_every_module_calls_its_changed_layers(kind, change):
+    """Every path (and both forms of latent attention) equals the independent reference
+    computed with the changed layers, which differs from the unchanged module."""
+    spec = MORE_KINDS[kind]
+    torch.manual_seed(13)
+    plain = spec.make().eval()
+    m = copy.deepcopy(plain)
+    CHANGES_AT[change](m, *spec.targets)
+    x = spec.inputs()
+    with torch.no_grad():
+        expected = spec.reference(m, x, causal_mask(x.size(1)))
+        before = _run(kind, plain, x, **spec.paths[0])
+        for path in spec.paths:
+            assert_close(_run(kind, m, x, **path), expected, **TOL, msg=str(path))
+    assert (expected - before).abs().max() > 1e-2, "the change did not change the output"
+
+
+def test_references_agree_with_the_plain_modules():
+    """The references themselves, on unchanged modules, against the modules' default path."""
+    for kind, spec in MORE_KINDS.items():
+        torch.manual_seed(14)
+        m, x = spec.make().eval(), spec.inputs()
+        with torch.no_grad():
+            assert_close(spec.reference(m, x, causal_mask(x.size(1))),
+                         _run(kind, m, x, **spec.paths[0]), **TOL, msg=kind)
+
+
+LAYERS = {
+    "rotary": ["q_proj", "k_proj", "v_proj", "out_proj"],
+    "latent": ["q_proj", "q_rope_proj", "kv_down", "k_rope_proj", "k_up", "v_up", "out_proj"],
+    "block": ["attn.q_proj", "attn.k_proj", "attn.v_proj", "attn.out_proj", "linear1",
+              "linear2", "norm1", "norm2"],
+    "tiny": ["tok_emb", "pos_emb", "blocks.0.attn.q_proj", "blocks.0.linear2",
+             "blocks.1.attn.v_proj", "ln_f", "head"],
+}
+
+
+@param("kind", list(LAYERS))
+def test_hooks_fire_once_per_call_on_every_path(kind):
+    spec = MORE_KINDS[kind]
+    m, x = spec.make().eval(), spec.inputs()
+    calls = []
+    for name in LAYERS[kind]:
+        _get(m, name).register_forward_hook(lambda layer, a, o, name=name: calls.append(name))
+    for path in spec.paths:
+        calls.clear()
+        _run(kind, m, x, **path)
+        assert sorted(calls) == sorted(LAYERS[kind]), path
+
+
+@param("kind", list(LAYERS))
+def test_quantize_dynamic_every_module(kind):
+    """int8 layers: every path equals the reference with the quantized layers called on the
+    tokens, except the absorbed form, which calls k_up and v_up on the basis vectors and
+    so quantizes other activations (int8 rounding apart, the same)."""
+    spec = MORE_KINDS[kind]
+    torch.manual_seed(15)
+    plain = spec.make().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        m = torch.ao.quantization.quantize_dynamic(copy.deepcopy(plain), {nn.Linear},
+                                                   dtype=torch.qint8)
+    x = spec.inputs()
+    with torch.no_grad():
+        expected = spec.reference(m, x, causal_mask(x.size(1)))
+        before = _run(kind, plain, x, **spec.paths[0])
+        for path in spec.paths:
+            close = dict(atol=0.05, rtol=0.05) if path.get("absorb") else TOL
+            assert_close(_run(kind, m, x, **path), expected, **close, msg=str(path))
+    assert 0 < (expected - before).abs().max() < 0.2  # int8 rounding, nothing more
+
+
+@param("kind", list(LAYERS))
+def test_autocast_every_module(kind):
+    spec = MORE_KINDS[kind]
+    torch.manual_seed(16)
+    m, x = spec.make().eval(), spec.inputs()
+    reference = _run(kind, m, x, **spec.paths[0])
+    # A block adds its layers' bfloat16 outputs to the float32 input (the residual stream)
+    dtype = torch.float32 if kind == "block" else torch.bfloat16
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for path in spec.paths:
+            out = _run(kind, m, x, **path)
+            assert out.dtype == dtype, path
+            assert_close(out.float(), reference, atol=0.1, rtol=0.05, msg=str(path))
+            assert not torch.equal(out.float(), reference), "autocast changed nothing"
+
+
+class _Causal(nn.Module):
+    """forward(x) -> the module's causal output on one path, for torch.export."""
+
+    def __init__(self, kind: str, module: nn.Module, path: dict):
+        super().__init__()
+        self.kind, self.module, self.path = kind, module, path
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _run(self.kind, self.module, x, **self.path)
+
+
+@param("kind", list(LAYERS))
+def test_compile_fullgraph_and_export_every_module(kind):
+    spec = MORE_KINDS[kind]
+    torch.manual_seed(17)
+    m, x = spec.make().eval(), spec.inputs()
+    for path in spec.paths:
+        model = _Causal(kind, m, path)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        assert_close(compiled(x), model(x), **TOL, msg=str(path))
+        assert_close(torch.export.export(model, (x,)).module()(x), model(x), **TOL,
+                     msg=str(path))
+        torch._dynamo.reset()

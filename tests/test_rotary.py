@@ -144,3 +144,52 @@ def test_rotary_attention_options():
     m = RotaryAttention(8, 2, base=500.0, interleaved=True)
     assert (m.base, m.interleaved, m.num_kv_heads) == (500.0, True, 2)
     assert "interleaved=True" in repr(m)
+
+
+@param("need_weights", [True, False])
+@param("num_kv_heads", [None, 2])
+def test_a_shorter_query_sits_where_the_causal_mask_puts_it(need_weights, num_kv_heads):
+    """One rule for rotation and mask: the keys of a call are positions 0 .. Lk - 1 and the
+    queries the last Lq of them (bottom-right, as causal_mask aligns them), with or without
+    is_causal, with or without a cache."""
+    torch.manual_seed(7)
+    m = RotaryAttention(16, 4, num_kv_heads).eval()
+    x = torch.randn(2, 6, 16)
+    kw = dict(need_weights=need_weights)
+    causal, _ = m(x, is_causal=True, **kw)
+    for q_len in (1, 2):
+        torch.testing.assert_close(m(x[:, -q_len:], x, x, is_causal=True, **kw)[0],
+                                   causal[:, -q_len:])
+        torch.testing.assert_close(m(x[:, -q_len:], x, x, **kw)[0],
+                                   m(x, **kw)[0][:, -q_len:])
+    cache = KVCache()
+    m(x[:, :2], is_causal=True, cache=cache, **kw)
+    torch.testing.assert_close(m(x[:, -1:], x[:, 2:], x[:, 2:], is_causal=True, cache=cache,
+                                 **kw)[0], causal[:, -1:])
+
+
+@param("where", ["apply_rotary", "RotaryAttention", "MultiHeadLatentAttention"])
+@param("base", [float("nan"), float("inf"), 1.0, 0.5, True, "1e4"])
+def test_a_base_that_is_not_a_finite_number_above_1_is_refused(where, base):
+    from mha_lib import MultiHeadLatentAttention
+
+    make = {"apply_rotary": lambda: apply_rotary(torch.randn(3, 4), torch.arange(3), base),
+            "RotaryAttention": lambda: RotaryAttention(8, 2, base=base),
+            "MultiHeadLatentAttention": lambda: MultiHeadLatentAttention(8, 2, 4, 2,
+                                                                         base=base)}
+    with pytest.raises(ValueError, match=r"base: expected a finite number > 1, got"):
+        make[where]()
+
+
+@param("start", [0, 10**6, 2**24, 2**30])
+def test_late_positions_rotate_as_exactly_as_early_ones(start):
+    """float32 angles would round position 2**24 + 1 to 2**24 (and lose the fraction of
+    late angles long before): the angles are float64, the rotation float32."""
+    torch.manual_seed(8)
+    x = torch.randn(2, 5, 8)
+    pos = torch.tensor([0, 1, 2, 3, 5]) + start
+    perm = half_to_adjacent(8)
+    expected = rotary_by_complex(x[..., perm], pos)[..., perm.argsort()].float()
+    torch.testing.assert_close(apply_rotary(x, pos), expected, atol=2e-6, rtol=2e-6)
+    # neighbouring positions still rotate differently
+    assert not torch.allclose(apply_rotary(x, pos)[:, 0], apply_rotary(x, pos + 1)[:, 0])

@@ -4,7 +4,12 @@ Each ``check_*`` function takes the reader's answer and returns a
 :class:`~mha_lib.exercises.verdict.Verdict`, which prints as
 ``Correct: ...`` or ``Not yet: ...`` with a hint; ``bool(verdict)`` says
 whether the answer is right. A checker compares with the library, so a
-correct answer is one that agrees with ``mha_lib``. One module per chapter
+correct answer is one that agrees with ``mha_lib``. It tries the cases a
+real model meets (strided tensors, training mode and gradients, several
+shapes, empty rows), refuses what the exercise rules out, and never shows
+the expected answer: a classic mistake is named, with the section of the
+book that explains it (``"see 'Why divide by sqrt(d_k)' in chapter 6"``),
+anything else is told how far off it is. One module per chapter
 (``chapter01``, ``chapter02``, ...); every checker is also importable from
 here, and so is ``SENTENCES``, the book's running example.
 

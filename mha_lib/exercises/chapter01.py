@@ -9,8 +9,9 @@ import torch
 from mha_lib.exercises.verdict import (
     SENTENCES,
     Verdict,
-    check_calls,
-    compare,
+    attempt,
+    catalogue,
+    check_tensor,
 )
 from mha_lib.text import build_vocab, encode, tokenize
 
@@ -28,14 +29,75 @@ def strip_all_punctuation(text: str) -> list[str]:
     return tokenize(text.replace(",", ""))
 
 
+TOKENIZER = catalogue(
+    "check_tokenizer", 1,
+    comma_kept=("a comma is still glued to its word (\"hello,\"): remove "
+                "the commas before splitting", "Tokenization"),
+    empty_token=("there is an empty token: a comma replaced by a space "
+                 "leaves two spaces in a row; delete the commas instead",
+                 "Tokenization"),
+    not_lowercase=("the tokens should be lowercase, as tokenize makes "
+                   "them", "Tokenization"),
+    too_much_removed=("other characters went too (an apostrophe or a "
+                      "hyphen): only commas go, besides the ! . ? that "
+                      "tokenize drops", "Tokenization"),
+)
+
+
 def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
     """Exercise 1.1: a tokenizer like :func:`~mha_lib.tokenize` that also
     drops commas."""
-    cases = [(text,) for text in [*SENTENCES, "Well, well, well.",
-                                  "no punctuation here"]]
-    return check_calls(
-        fn, cases, strip_all_punctuation,
-        "commas are gone and everything else is as tokenize() does it")
+    for text in [*SENTENCES, "Well, well, well.", "no punctuation here",
+                 "Don't stop, said the well-known cat."]:
+        call = attempt(fn, text, shown=repr(text))
+        if call.verdict is not None:
+            return call.verdict
+        given, want = call.value, strip_all_punctuation(text)
+        if given == want:
+            continue
+        if not isinstance(given, list) or not all(
+                isinstance(t, str) for t in given):
+            return Verdict(False, f"{call.label} should be a list of "
+                                  f"str, got {type(given).__name__}")
+        wrong = (
+            (TOKENIZER["comma_kept"], any("," in t for t in given)),
+            (TOKENIZER["empty_token"], "" in given and "" not in want),
+            (TOKENIZER["not_lowercase"],
+             [t.lower() for t in given] == want),
+            (TOKENIZER["too_much_removed"],
+             len("".join(given)) < len("".join(want))),
+        )
+        for mistake, found in wrong:
+            if found:
+                return mistake.verdict(call.label)
+        return Verdict(False, f"{call.label} gives {len(given)} tokens; "
+                              f"the first that differs is number "
+                              f"{_first_difference(given, want)}")
+    return Verdict(
+        True, "commas are gone and everything else is as tokenize() "
+              "does it")
+
+
+def _first_difference(given: list, want: list) -> int:
+    for i, (a, b) in enumerate(zip(given, want, strict=False)):
+        if a != b:
+            return i
+    return min(len(given), len(want))
+
+
+VOCAB = catalogue(
+    "check_vocab", 1,
+    no_pad=("there is no \"<pad>\": pass it to build_vocab as a special "
+            "token", "Padding sentences of different lengths"),
+    pad_last=("\"<pad>\" should come first, id 0, and the words after "
+              "it: specials get the first ids",
+              "Padding sentences of different lengths"),
+    unsorted=("the words are numbered in the order they first appear; "
+              "build_vocab sorts them, so the ids do not depend on the "
+              "order of the sentences", "The vocabulary"),
+    commas=("\"hello,\" and \"hello\" are different tokens: build the "
+            "vocabulary with tokenize, as it is", "Tokenization"),
+)
 
 
 def check_vocab(stoi: dict[str, int]) -> Verdict:
@@ -46,14 +108,44 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
         return Verdict(
             False, f"stoi should be a dict from token to id, "
                    f"got {type(stoi).__name__}")
-    if stoi.get("<pad>") != 0:
-        return Verdict(
-            False, f'"<pad>" should have id 0, got {stoi.get("<pad>")!r}')
+    if stoi == expected:
+        return Verdict(True,
+                       f"{len(expected)} entries, <pad> first, then sorted")
+    words = [w for w in expected if w != "<pad>"]
+    if "<pad>" not in stoi:
+        return VOCAB["no_pad"].verdict("stoi")
+    if stoi["<pad>"] != 0:
+        return VOCAB["pad_last"].verdict("stoi")
+    if "hello" not in stoi and "hello," not in stoi:
+        return Verdict(False, "stoi is missing words of the three "
+                              "sentences")
+    if ("hello" in stoi) != ("hello" in expected):
+        return VOCAB["commas"].verdict("stoi")
+    if set(stoi) == set(expected):
+        return VOCAB["unsorted"].verdict("stoi")
     missing = sorted(set(expected) - set(stoi))
-    if missing:
-        return Verdict(False, f"tokens missing from stoi: {missing}")
-    return compare("stoi", stoi, expected,
-                   f"{len(expected)} entries, <pad> first, then sorted")
+    extra = sorted(set(stoi) - set(expected))
+    return Verdict(False, f"stoi should have the {len(words)} tokens of "
+                          f"the "
+                          f"sentences and \"<pad>\"; missing {missing}, "
+                          f"extra {extra}")
+
+
+PADDED = catalogue(
+    "check_padded_batch", 1,
+    pad_id=("the pads should be the id of \"<pad>\", 0",
+            "Padding sentences of different lengths"),
+    no_pad_vocab=("the ids are those of the vocabulary without \"<pad>\" "
+                  "(each one too small by 1): encode with the vocabulary "
+                  "of Exercise 1.2", "Padding sentences of different "
+                                     "lengths"),
+    padded_lengths=("lengths should be the true lengths, before padding, "
+                    "not the padded length", "Padding sentences of "
+                                             "different lengths"),
+    left_padding=("the pads are on the left; encode pads on the right, "
+                  "after the last token", "Padding sentences of different "
+                                          "lengths"),
+)
 
 
 def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
@@ -61,22 +153,35 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     one batch, padded with the ``"<pad>"`` id of :func:`check_vocab`'s
     vocabulary."""
     stoi = build_vocab(SENTENCES, specials=("<pad>",))
-    want_ids, want_lengths = encode(
-        ["What will come next?", "A basic split!"], stoi, pad_id=0)
-    for name, given, want in (("ids", ids, want_ids),
-                              ("lengths", lengths, want_lengths)):
-        if not isinstance(given, torch.Tensor):
-            return Verdict(
-                False, f"{name} should be a tensor, "
-                       f"got {type(given).__name__}")
-        if given.shape != want.shape:
-            return Verdict(
-                False, f"{name} should have shape {tuple(want.shape)}, "
-                       f"got {tuple(given.shape)}")
-        if not torch.equal(given.long(), want):
-            return Verdict(
-                False, f"{name} should be {want.tolist()}, "
-                       f"got {given.tolist()}")
+    texts = ["What will come next?", "A basic split!"]
+    want_ids, want_lengths = encode(texts, stoi, pad_id=0)
+    plain_ids, _ = encode(texts, build_vocab(SENTENCES), pad_id=0)
+    left = torch.stack([row.roll(int(row.size(0) - n))
+                        for row, n in zip(want_ids, want_lengths,
+                                          strict=True)])
+
+    if isinstance(ids, torch.Tensor) and ids.shape == want_ids.shape \
+            and not torch.equal(ids.long(), want_ids):
+        real = (torch.arange(want_ids.size(1))
+                < want_lengths[:, None])  # (B, L): not a pad
+        if torch.equal(ids[real].long(), plain_ids[real]):
+            return PADDED["no_pad_vocab"].verdict("ids")
+        if torch.equal(ids[real].long(), want_ids[real]):
+            return PADDED["pad_id"].verdict("ids")
+    problem = check_tensor("ids", ids, want_ids, axes="(B, L)",
+                           mistakes=[(PADDED["left_padding"], left)])
+    if problem is None and isinstance(ids, torch.Tensor) \
+            and ids.is_floating_point():
+        problem = Verdict(False, f"ids should be integers (int64), got "
+                                 f"{ids.dtype}")
+    if problem is not None:
+        return problem
+    problem = check_tensor(
+        "lengths", lengths, want_lengths, axes="(B,)", mistakes=[
+            (PADDED["padded_lengths"],
+             torch.full_like(want_lengths, want_ids.size(1)))])
+    if problem is not None:
+        return problem
     return Verdict(
         True,
         "two rows of four ids, the shorter padded with 0; lengths [4, 3]")

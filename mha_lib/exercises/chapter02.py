@@ -8,7 +8,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha_lib.exercises.verdict import SENTENCES, Verdict, close, compare
+from mha_lib.exercises.verdict import (
+    MATMUL,
+    SENTENCES,
+    Verdict,
+    attempt,
+    catalogue,
+    check_number,
+    check_tensor,
+    indexes_with_tensor,
+)
 from mha_lib.text import build_vocab, encode
 
 __all__ = [
@@ -17,66 +26,184 @@ __all__ = [
     "check_embedding_parameters",
 ]
 
+ONEHOT = catalogue(
+    "check_onehot_embedding", 2,
+    indexing=("that looks the rows up by indexing (or F.embedding); the "
+              "exercise asks for F.one_hot and a matrix product",
+              "An embedding is a lookup"),
+    no_num_classes=("F.one_hot(ids) without num_classes makes ids.max() "
+                    "+ 1 columns, not one per row of the table: pass "
+                    "num_classes=weight.size(0)",
+                    "An embedding is a lookup"),
+    not_cast=("F.one_hot returns int64; cast it to the table's dtype "
+              "before the product (.to(weight.dtype))",
+              "An embedding is a lookup"),
+    no_gradient=("no gradient reaches weight, so the table could not be "
+                 "trained: no .detach(), .data or torch.no_grad() on the "
+                 "way", "Only the rows used are trained"),
+    no_one_hot=("the exercise asks for F.one_hot and a matrix product; "
+                "this does not call F.one_hot", "An embedding is a lookup"),
+)
+
+
+def _one_hot_without_classes(record) -> bool:
+    for _, args, kwargs in record.find(F.one_hot):
+        classes = args[1] if len(args) > 1 else kwargs.get("num_classes",
+                                                           -1)
+        if classes == -1:
+            return True
+    return False
+
+
+def _explain_onehot(error: BaseException, record) -> object:
+    if _one_hot_without_classes(record):
+        return ONEHOT["no_num_classes"]
+    text = str(error)
+    if record.used(F.one_hot) and ("dtype" in text or "Long" in text):
+        return ONEHOT["not_cast"]
+    return None
+
 
 def check_onehot_embedding(
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Verdict:
     """Exercise 2.1: ``fn(ids, weight)`` computes the embedding lookup as
-    one-hot @ weight."""
+    one-hot @ weight, for ``ids`` of any shape, with gradients reaching
+    ``weight``."""
     generator = torch.Generator().manual_seed(2)
-    for shape, vocab_size, d_model in (((3, 6), 14, 8), ((2, 5), 30, 4),
-                                       ((7,), 5, 3)):
-        ids = torch.randint(vocab_size, shape, generator=generator)
-        weight = torch.randn(vocab_size, d_model, generator=generator)
-        name = (f"fn(ids of shape {tuple(shape)}, "
-                f"weight of shape {(vocab_size, d_model)})")
-        try:
-            given = fn(ids, weight)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{name} raised {type(error).__name__}: {error}")
-        verdict = close(name, given, F.embedding(ids, weight), "")
-        if not verdict:
-            return verdict
+    # the first case never uses the last rows, so a one-hot without
+    # num_classes is too narrow
+    for shape, vocab_size, d_model, top in (((3, 6), 14, 8, 10),
+                                            ((2, 5), 30, 4, 30),
+                                            ((7,), 5, 3, 5),
+                                            ((2, 2, 3), 9, 5, 9)):
+        ids = torch.randint(top, shape, generator=generator)
+        weight = torch.randn(vocab_size, d_model, generator=generator,
+                             requires_grad=True)
+        call = attempt(fn, ids, weight, shown=f"ids {tuple(shape)}, "
+                       f"weight {(vocab_size, d_model)}",
+                       explain=_explain_onehot)
+        if call.verdict is not None:
+            return call.verdict
+        if any(indexes_with_tensor(c) for c in call.record.calls) \
+                or call.record.used(F.embedding, torch.index_select,
+                                    torch.Tensor.index_select,
+                                    torch.gather, torch.Tensor.gather,
+                                    torch.take, torch.take_along_dim):
+            return ONEHOT["indexing"].verdict(call.label)
+        if not call.record.used(F.one_hot):
+            return ONEHOT["no_one_hot"].verdict(call.label)
+        if _one_hot_without_classes(call.record):
+            return ONEHOT["no_num_classes"].verdict(call.label)
+        expected = F.embedding(ids, weight)
+        problem = check_tensor(call.label, call.value, expected,
+                               axes="(..., d_model)")
+        if problem is not None:
+            return problem
+        if not call.record.used(*MATMUL):
+            return ONEHOT["no_one_hot"].verdict(call.label)
+        given = call.value
+        if not given.requires_grad:
+            return ONEHOT["no_gradient"].verdict(call.label)
+        (grad,) = torch.autograd.grad(given.sum(), weight)
+        (want,) = torch.autograd.grad(expected.sum(), weight)
+        if not torch.allclose(grad, want, atol=1e-5):
+            return ONEHOT["no_gradient"].verdict(call.label)
     return Verdict(
         True, "one-hot rows @ the table pick the rows nn.Embedding picks")
+
+
+PADDING = catalogue(
+    "check_padding_embedding", 2,
+    no_padding_idx=("row 0 of the table (the <pad> vector) is not zero: "
+                    "create the embedding with padding_idx=0",
+                    "A zero vector for `\"<pad>\"`: `padding_idx`"),
+    zeroed_by_hand=("row 0 is zero, but without padding_idx its gradient "
+                    "is not, so training moves it again: pass "
+                    "padding_idx=0", "A zero vector for `\"<pad>\"`: "
+                                     "`padding_idx`"),
+    vocab_without_pad=("num_embeddings is the size of the vocabulary "
+                       "without \"<pad>\": the table needs a row for it "
+                       "too", "A zero vector for `\"<pad>\"`: "
+                              "`padding_idx`"),
+    three_sentences=("vectors should embed the padded batch of four: the "
+                     "three sentences and \"What is next?\"",
+                     "A zero vector for `\"<pad>\"`: `padding_idx`"),
+    other_table=("vectors were not made by this embedding: pass the "
+                 "padded ids through the same module",
+                 "A zero vector for `\"<pad>\"`: `padding_idx`"),
+)
 
 
 def check_padding_embedding(
     embedding: nn.Embedding, vectors: torch.Tensor
 ) -> Verdict:
     """Exercise 2.2: an embedding for the vocabulary with ``"<pad>"`` (id 0)
-    whose pad vector is zero, and ``vectors``, the padded batch of chapter 1
-    embedded with it."""
+    whose pad vector is zero and stays zero in training, and ``vectors``,
+    the padded batch of chapter 1 embedded with it."""
     stoi = build_vocab(SENTENCES, specials=("<pad>",))
     if not isinstance(embedding, nn.Embedding):
         return Verdict(False, "embedding should be an nn.Embedding, "
                               f"got {type(embedding).__name__}")
-    for name, given, want in (
-        ("num_embeddings", embedding.num_embeddings, len(stoi)),
-        ("embedding_dim", embedding.embedding_dim, 8),
-        ("padding_idx", embedding.padding_idx, stoi["<pad>"]),
-    ):
-        if given != want:
-            return Verdict(
-                False, f"embedding.{name} should be {want}, got {given}")
-    if embedding.weight[0].abs().sum().item() != 0.0:
-        return Verdict(
-            False,
-            "row 0 of the table (the <pad> vector) should be all zeros")
+    if embedding.num_embeddings == len(stoi) - 1:
+        return PADDING["vocab_without_pad"].verdict("embedding")
+    if embedding.num_embeddings != len(stoi):
+        return Verdict(False, "embedding.num_embeddings should be the size "
+                              "of the vocabulary with \"<pad>\", got "
+                              f"{embedding.num_embeddings}")
+    if embedding.embedding_dim != 8:
+        return Verdict(False, f"embedding.embedding_dim should be d_model "
+                              f"= 8, got {embedding.embedding_dim}")
+    row_zero = embedding.weight[0].abs().sum().item() == 0.0
+    if embedding.padding_idx is None:
+        return PADDING["zeroed_by_hand" if row_zero
+                       else "no_padding_idx"].verdict("embedding")
+    if embedding.padding_idx != 0:
+        return Verdict(False, f"embedding.padding_idx should be the id of "
+                              f"\"<pad>\", 0, got {embedding.padding_idx}")
+    if not row_zero:
+        return PADDING["no_padding_idx"].verdict("embedding")
     ids, _ = encode([*SENTENCES, "What is next?"], stoi, pad_id=0)
-    return close(
-        "vectors", vectors, embedding(ids).detach(),
-        "15 rows, <pad> is zeros, and so are the 3 padded positions")
+    with torch.no_grad():
+        expected = embedding(ids)
+        three = embedding(ids[:3])
+    if isinstance(vectors, torch.Tensor) and vectors.shape == three.shape:
+        return PADDING["three_sentences"].verdict("vectors")
+    problem = check_tensor("vectors", vectors, expected,
+                           axes="(B, L, d_model)")
+    if problem is not None and isinstance(vectors, torch.Tensor) \
+            and vectors.shape == expected.shape:
+        return PADDING["other_table"].verdict("vectors")
+    if problem is not None:
+        return problem
+    return Verdict(
+        True, "15 rows, <pad> is zeros, and so are the 3 padded positions")
+
+
+PARAMETERS = catalogue(
+    "check_embedding_parameters", 2,
+    bias=("an embedding table has no bias: one row of d_model numbers per "
+          "token, nothing else", "The embedding table"),
+    bytes=("that is the size in bytes in float32 (4 bytes a number), not "
+           "the number of parameters", "The embedding table"),
+    tied_twice=("that counts the table twice; the question is the token "
+                "embedding table alone", "The embedding table"),
+)
 
 
 def check_embedding_parameters(n: int) -> Verdict:
     """Exercise 2.3: the number of parameters in GPT-2 small's token
     embedding table (a vocabulary of 50,257 tokens, ``d_model = 768``)."""
-    # shapes only, no memory
-    table = nn.Embedding(50257, 768, device="meta")
+    # shapes only, no memory and no initialisation
+    table = nn.Embedding(50257, 768,
+                         _weight=torch.empty(50257, 768, device="meta"))
     expected = sum(p.numel() for p in table.parameters())
-    return compare(
-        "n", n, expected,
-        f"50,257 rows of 768 numbers: {expected:,} parameters")
+    problem = check_number("n", n, expected, mistakes=[
+        (PARAMETERS["bias"], expected + 768),
+        (PARAMETERS["bytes"], 4 * expected),
+        (PARAMETERS["tied_twice"], 2 * expected),
+    ])
+    if problem is not None:
+        return problem
+    return Verdict(True,
+                   f"50,257 rows of 768 numbers: {expected:,} parameters")

@@ -3,38 +3,127 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+    source_names,
+)
 from mha_lib.positional import sinusoidal_encoding
 
 __all__ = ["check_sinusoidal", "check_shift_matrix"]
 
+_FORMULA = "The sinusoidal formula"
+
+SINUSOIDAL = catalogue(
+    "check_sinusoidal", 3,
+    exp_log=("that computes the frequencies with exp and log (or calls "
+             "the library, which does); this exercise divides the "
+             "positions by the power 10000 ** (2 * i / d_model)",
+             "The library function"),
+    concatenated=("the sines and cosines are concatenated (all sines, "
+                  "then all cosines); the formula interleaves them: sin "
+                  "in the even columns 0, 2, ..., cos in the odd ones",
+                  _FORMULA),
+    swapped=("sin and cos are swapped: column 2i holds the sine, column "
+             "2i + 1 the cosine", _FORMULA),
+    exponent_i=("the exponent is 2i / d_model with i the pair index "
+                "0 .. d_model/2 - 1; i / d_model makes the frequencies "
+                "fall too slowly", _FORMULA),
+    exponent_4i=("torch.arange(0, d_model, 2) already holds 2i: doubling "
+                 "it again makes the frequencies fall too fast", _FORMULA),
+    multiplied=("the positions are multiplied by 10000 ** (2i / d_model); "
+                "they are divided by it", _FORMULA),
+    from_one=("the positions start at 1; they start at 0, so row 0 is "
+              "(0, 1, 0, 1, ...)", _FORMULA),
+)
+
+
+def _table(length: int, d_model: int, exponent: float = 2.0,
+           divide: bool = True, start: int = 0,
+           layout: str = "interleaved") -> torch.Tensor:
+    """The sinusoidal table, or one of its usual wrong versions."""
+    i = torch.arange(d_model // 2, dtype=torch.float64)  # pair index
+    power = 10000.0 ** (exponent * i / d_model)  # (d_model/2,)
+    pos = torch.arange(start, start + length,
+                       dtype=torch.float64)[:, None]  # (L, 1)
+    angles = pos / power if divide else pos * power  # (L, d_model/2)
+    sin, cos = angles.sin(), angles.cos()
+    if layout == "concatenated":
+        return torch.cat([sin, cos], dim=-1).float()
+    if layout == "swapped":
+        sin, cos = cos, sin
+    return torch.stack([sin, cos], dim=-1).flatten(-2).float()
+
 
 def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
     """Exercise 3.1: ``fn(length, d_model)`` returns the sinusoidal table of
-    :func:`~mha_lib.sinusoidal_encoding`, however it computes the
-    frequencies."""
+    :func:`~mha_lib.sinusoidal_encoding`, computed with the power
+    ``10000 ** (2 * i / d_model)`` (no ``exp`` and ``log``)."""
+    names = source_names(fn)
     for length, d_model in ((6, 8), (1, 2), (50, 16), (100, 64)):
-        try:
-            given = fn(length, d_model)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn({length}, {d_model}) raised "
-                       f"{type(error).__name__}: {error}")
+        call = attempt(fn, length, d_model)
+        if call.verdict is not None:
+            return call.verdict
+        if call.record.used(torch.exp, torch.Tensor.exp, torch.log,
+                            torch.Tensor.log) \
+                or names & {"exp", "log", "sinusoidal_encoding",
+                            "PositionalEncoding"}:
+            return SINUSOIDAL["exp_log"].verdict(call.label)
         # Other ways of computing 10000^(2i/d) differ in the last bits;
         # angles up to 99 turn that into differences of about 1e-5, so
         # allow 1e-4.
-        verdict = close(f"fn({length}, {d_model})", given,
-                        sinusoidal_encoding(length, d_model),
-                        "", atol=1e-4, rtol=0.0)
-        if not verdict:
-            return verdict
+        size = (length, d_model)
+        problem = check_tensor(
+            call.label, call.value, sinusoidal_encoding(length, d_model),
+            axes="(length, d_model)", atol=1e-4, rtol=0.0, mistakes=[
+                (SINUSOIDAL["concatenated"],
+                 partial(_table, *size, layout="concatenated")),
+                (SINUSOIDAL["swapped"],
+                 partial(_table, *size, layout="swapped")),
+                (SINUSOIDAL["exponent_i"], partial(_table, *size, 1.0)),
+                (SINUSOIDAL["exponent_4i"], partial(_table, *size, 4.0)),
+                (SINUSOIDAL["multiplied"],
+                 partial(_table, *size, divide=False)),
+                (SINUSOIDAL["from_one"], partial(_table, *size, start=1)),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True,
         "the same table as mha_lib.sinusoidal_encoding for four sizes")
+
+
+_ROTATION = "Why sines and cosines: relative positions"
+
+SHIFT = catalogue(
+    "check_shift_matrix", 3,
+    backwards=("M moves the positions back, not on: the sines of each "
+               "block have the wrong signs (you may have built the "
+               "transpose, for PE[pos] @ M)", _ROTATION),
+    one_step=("M moves every position 1 step on; the rotation angle of "
+              "pair i is omega_i times k", _ROTATION),
+    exponent_i=("the frequencies are off: omega_i = 10000 ** (-2i / "
+                "d_model) with i the pair index", _ROTATION),
+    not_block_diagonal=("M mixes different pairs: each sin/cos pair needs "
+                        "its own 2 x 2 rotation, with zeros elsewhere",
+                        _ROTATION),
+)
+
+
+def _shift(k: float, d_model: int, exponent: float = 2.0) -> torch.Tensor:
+    """The block-diagonal matrix that moves every position ``k`` on."""
+    i = torch.arange(d_model // 2, dtype=torch.float64)
+    angle = k * 10000.0 ** (-exponent * i / d_model)  # (d_model/2,)
+    c, s = angle.cos(), angle.sin()
+    blocks = [torch.tensor([[c[j], s[j]], [-s[j], c[j]]])
+              for j in range(d_model // 2)]
+    return torch.block_diag(*blocks).float()
 
 
 def check_shift_matrix(
@@ -49,13 +138,24 @@ def check_shift_matrix(
             False, f"M should be a tensor, got {type(M).__name__}")
     if M.shape != (d_model, d_model):
         return Verdict(
-            False, f"M should have shape {(d_model, d_model)}, "
-                   f"got {tuple(M.shape)}")
+            False, f"M: expected shape (d_model, d_model) = "
+                   f"{(d_model, d_model)}, got {tuple(M.shape)}")
     # row pos holds M @ PE[pos]
     shifted = pe[:-k] @ M.detach().to(pe.dtype).T
-    return close(
+    problem = check_tensor(
         f"M @ PE[pos] for pos = 0..63 (compared with PE[pos + {k}])",
-        shifted, pe[k:],
-        f"one matrix moves every position {k} steps on, a rotation "
-        "per pair",
-        atol=1e-4, rtol=0.0)
+        shifted, pe[k:], atol=1e-4, rtol=0.0)
+    if problem is None:
+        return Verdict(
+            True, f"one matrix moves every position {k} steps on, a "
+                  "rotation per pair")
+    given = M.detach().float()
+    for mistake, wrong in ((SHIFT["backwards"], _shift(-k, d_model)),
+                           (SHIFT["one_step"], _shift(1, d_model)),
+                           (SHIFT["exponent_i"], _shift(k, d_model, 1.0))):
+        if torch.allclose(given, wrong, atol=1e-4):
+            return mistake.verdict("M")
+    pairs = torch.block_diag(*[torch.ones(2, 2)] * (d_model // 2))
+    if (given * (1 - pairs)).abs().max() > 1e-6:
+        return SHIFT["not_block_diagonal"].verdict("M")
+    return problem

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from mha_lib.exercises.verdict import Verdict, close, compare
+from mha_lib.exercises.verdict import (
+    MATMUL,
+    Verdict,
+    attempt,
+    catalogue,
+    check_number,
+    check_tensor,
+)
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = [
@@ -22,58 +30,169 @@ Projection = Callable[[torch.Tensor, torch.Tensor, torch.Tensor],
 FusedProjection = Callable[[torch.Tensor, MultiHeadAttention],
                            tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
+_LAYERS = "Three linear layers"
+
+PROJECTION = catalogue(
+    "check_projection", 4,
+    not_transposed=("the weight is not transposed: nn.Linear stores it as "
+                    "(d_out, d_in), so the product is x @ weight.T",
+                    _LAYERS),
+    no_bias=("the bias is missing: add it to every row", _LAYERS),
+    not_at=("the exercise computes it with @ only, not F.linear, "
+            "nn.Linear, addmm or einsum", "All tokens at once"),
+    view=("x is not contiguous here (a transposed tensor, as a real "
+          "pipeline makes), so view cannot flatten it: @ broadcasts over "
+          "the leading axes, no reshape needed (or use reshape)",
+          "The way back: `merge_heads`", 5),
+)
+
+
+def _explain_view(mistake):
+    def explain(error: BaseException, record) -> object:
+        return mistake if "view size is not compatible" in str(error) \
+            else None
+    return explain
+
+
+def _untransposed(x: torch.Tensor, weight: torch.Tensor,
+                  bias: torch.Tensor) -> torch.Tensor:
+    return x @ weight + bias  # fits the shapes only when d_in == d_out
+
 
 def check_projection(fn: Projection) -> Verdict:
     """Exercise 4.1: ``fn(x, weight, bias)`` computes
-    ``x @ weight.T + bias`` as ``nn.Linear`` does, for inputs
-    ``(B, L, d_in)`` and ``weight`` ``(d_out, d_in)``."""
+    ``x @ weight.T + bias`` as ``nn.Linear`` does, with ``@`` only, for
+    inputs ``(B, L, d_in)`` and ``weight`` ``(d_out, d_in)``."""
     generator = torch.Generator().manual_seed(4)
+    # square first: there a weight that is not transposed gives numbers
     for batch, length, d_in, d_out in ((3, 6, 8, 8), (2, 5, 8, 4),
-                                       (1, 3, 6, 10)):
-        x = torch.randn(batch, length, d_in, generator=generator)
+                                       (1, 3, 6, 10), (4, 2, 6, 3)):
+        x = torch.randn(length, batch, d_in,
+                        generator=generator).transpose(0, 1)  # (B, L, d_in)
+        if batch != 4:
+            x = x.contiguous()
         weight = torch.randn(d_out, d_in, generator=generator)
         bias = torch.randn(d_out, generator=generator)
-        name = (f"fn(x {(batch, length, d_in)}, weight {(d_out, d_in)}, "
-                f"bias {(d_out,)})")
-        try:
-            given = fn(x, weight, bias)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{name} raised {type(error).__name__}: {error}")
-        verdict = close(name, given, F.linear(x, weight, bias), "")
-        if not verdict:
-            return verdict
+        call = attempt(fn, x, weight, bias,
+                       shown=f"x {(batch, length, d_in)}, weight "
+                             f"{(d_out, d_in)}, bias {(d_out,)}",
+                       explain=_explain_view(PROJECTION["view"]))
+        if call.verdict is not None:
+            return call.verdict
+        if call.record.used(F.linear, torch.addmm, torch.Tensor.addmm,
+                            torch.baddbmm, torch.einsum, torch.tensordot,
+                            F.bilinear):
+            return PROJECTION["not_at"].verdict(call.label)
+        problem = check_tensor(
+            call.label, call.value, F.linear(x, weight, bias),
+            axes="(B, L, d_out)", mistakes=[
+                (PROJECTION["not_transposed"],
+                 partial(_untransposed, x, weight, bias)),
+                (PROJECTION["no_bias"], x @ weight.T),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "x @ weight.T + bias, as nn.Linear, also for d_in != d_out")
 
 
+FUSED = catalogue(
+    "check_fused_projection", 4,
+    three_products=("that is one matrix product per projection: stack "
+                    "the three weights into one (3 d_model, d_model) "
+                    "matrix and multiply once", _LAYERS),
+    no_bias=("the biases are missing: stack the three biases into one "
+             "(3 d_model,) vector and add it", _LAYERS),
+    order=("q, k and v come out in the wrong order: return them in the "
+           "order you stacked the weights, q_proj, k_proj, v_proj",
+           _LAYERS),
+    wrong_axis=("the weights are (out, in): stack them along dim 0, the "
+                "output axis, to get (3 d_model, d_model)", _LAYERS),
+    split_axis=("split the features, the last axis, into three: "
+                "chunk(3, dim=-1)", _LAYERS),
+    no_gradient=("no gradient reaches the module's weights, so the "
+                 "projections could not be trained: no .detach(), .data "
+                 "or torch.no_grad() on the way", _LAYERS),
+)
+
+
+def _explain_fused(error: BaseException, record) -> object:
+    for _, args, kwargs in record.find(torch.cat, torch.concat,
+                                       torch.concatenate):
+        dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+        if dim not in (0, -2):
+            return FUSED["wrong_axis"]
+    return None
+
+
 def check_fused_projection(fn: FusedProjection) -> Verdict:
     """Exercise 4.2: ``fn(x, mha)`` returns ``(q, k, v)`` of ``mha``'s three
-    projections, computed with a single matrix product."""
-    with torch.random.fork_rng():  # leave the reader's random state alone
-        torch.manual_seed(4)
-        mha = MultiHeadAttention(8, 4)
-        x = torch.randn(3, 6, 8)
-    try:
-        given = fn(x, mha)
-    except Exception as error:
-        # the reader's code: report it, do not crash the notebook
-        return Verdict(
-            False, f"fn(x, mha) raised {type(error).__name__}: {error}")
-    if not isinstance(given, (tuple, list)) or len(given) != 3:
-        return Verdict(
-            False, "fn(x, mha) should return three tensors (q, k, v)")
-    with torch.no_grad():
-        projections = (mha.q_proj, mha.k_proj, mha.v_proj)
-        for name, tensor, proj in zip("qkv", given, projections,
-                                      strict=True):
-            verdict = close(name, tensor, proj(x), "")
-            if not verdict:
-                return verdict
+    projections, computed with a single matrix product, with gradients
+    reaching ``mha``'s weights."""
+    for d_model, heads, batch, length in ((8, 4, 3, 6), (12, 3, 2, 5)):
+        with torch.random.fork_rng():  # leave the reader's random state
+            torch.manual_seed(4 + d_model)
+            mha = MultiHeadAttention(d_model, heads)
+            x = torch.randn(batch, length, d_model)
+        layers = (mha.q_proj, mha.k_proj, mha.v_proj)
+        call = attempt(fn, x, mha, explain=_explain_fused)
+        if call.verdict is not None:
+            return call.verdict
+        given = call.value
+        if not isinstance(given, (tuple, list)) or len(given) != 3:
+            return Verdict(False, f"{call.label} should return three "
+                                  f"tensors (q, k, v)")
+        products = len(call.record.find(*MATMUL))
+        if products > 1:
+            return FUSED["three_products"].verdict(call.label)
+        with torch.no_grad():
+            want = [layer(x) for layer in layers]
+            bare = [x @ layer.weight.T for layer in layers]
+        for name, tensor, expected, no_bias in zip("qkv", given, want, bare,
+                                                   strict=True):
+            label = f"{name} of {call.label}"
+            others = [(FUSED["order"], w) for w in want
+                      if w is not expected]
+            wide = (isinstance(tensor, torch.Tensor) and tensor.dim()
+                    and tensor.size(-1) == 3 * d_model)
+            if wide:
+                return FUSED["split_axis"].verdict(label)
+            problem = check_tensor(
+                label, tensor, expected, axes="(B, L, d_model)",
+                mistakes=[(FUSED["no_bias"], no_bias), *others])
+            if problem is not None:
+                return problem
+        if not all(t.requires_grad for t in given):
+            return FUSED["no_gradient"].verdict(call.label)
+        probe = torch.randn(3, *want[0].shape,
+                            generator=torch.Generator().manual_seed(41))
+        params = [p for layer in layers for p in layer.parameters()]
+        grads = torch.autograd.grad(
+            sum((t * p).sum() for t, p in zip(given, probe, strict=True)),
+            params, allow_unused=True)
+        wanted = torch.autograd.grad(
+            sum((layer(x) * p).sum()
+                for layer, p in zip(layers, probe, strict=True)), params)
+        if any(g is None or not torch.allclose(g, w, atol=1e-4)
+               for g, w in zip(grads, wanted, strict=True)):
+            return FUSED["no_gradient"].verdict(call.label)
     return Verdict(
         True,
         "one (24, 8) weight and one (24,) bias give q, k and v at once")
+
+
+PARAMETERS = catalogue(
+    "check_projection_parameters", 4,
+    no_bias=("the biases are missing: each of the three layers has "
+             "d_model of them", _LAYERS),
+    with_output=("that counts a fourth layer, the output projection; the "
+                 "question is about q, k and v only", _LAYERS),
+    per_head=("that is one head's share: the heads split the same 512 "
+              "output features, so the count does not depend on them",
+              _LAYERS),
+    one_layer=("that is one projection; there are three, for q, k and v",
+               _LAYERS),
+)
 
 
 def check_projection_parameters(n: int, d_model: int = 512) -> Verdict:
@@ -85,7 +204,17 @@ def check_projection_parameters(n: int, d_model: int = 512) -> Verdict:
     expected = sum(p.numel()
                    for proj in (mha.q_proj, mha.k_proj, mha.v_proj)
                    for p in proj.parameters())
-    return compare(
-        "n", n, expected,
+    d = d_model
+    problem = check_number("n", n, expected, mistakes=[
+        (PARAMETERS["no_bias"], 3 * d * d),
+        (PARAMETERS["with_output"], 4 * (d * d + d)),
+        (PARAMETERS["per_head"], 3 * (d * d + d) // 8),
+        (PARAMETERS["per_head"], 3 * (d * (d // 8) + d // 8)),
+        (PARAMETERS["one_layer"], d * d + d),
+    ])
+    if problem is not None:
+        return problem
+    return Verdict(
+        True,
         f"3 x ({d_model} x {d_model} + {d_model}) = {expected:,}, "
         "whatever the number of heads")

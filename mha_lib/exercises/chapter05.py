@@ -6,7 +6,12 @@ from collections.abc import Callable
 
 import torch
 
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+)
 from mha_lib.heads import merge_heads, split_heads
 
 __all__ = ["check_split_heads", "check_merge_heads", "check_head_columns"]
@@ -15,65 +20,150 @@ __all__ = ["check_split_heads", "check_merge_heads", "check_head_columns"]
 # show.
 _CASES = ((3, 6, 8, 4), (2, 5, 12, 3), (1, 4, 6, 6), (2, 3, 8, 1))
 
+_WRONG_WAY = "The wrong way: `view` straight to `(B, H, L, D)`"
+_COLUMNS = "Which features belong to which head"
+_BACK = "The way back: `merge_heads`"
+
+_PERMUTE = (torch.permute, torch.Tensor.permute)
+
 
 def _inputs() -> list[tuple[torch.Tensor, int]]:
+    """Queries ``(B, L, d_model)`` and a number of heads; the last is a
+    third of a fused projection's output, not contiguous, as a real
+    pipeline makes them."""
     generator = torch.Generator().manual_seed(5)
-    return [(torch.randn(b, length, d, generator=generator), h)
-            for b, length, d, h in _CASES]
+    cases = [(torch.randn(b, length, d, generator=generator), h)
+             for b, length, d, h in _CASES]
+    fused = torch.randn(2, 5, 3 * 8, generator=generator)  # (B, L, 3 d)
+    cases.append((fused.chunk(3, dim=-1)[1], 2))  # (B, L, d), strided
+    return cases
+
+
+SPLIT = catalogue(
+    "check_split_heads", 5,
+    plain_view=("that is x.view(B, H, L, D): the right shape, but each "
+                "head mixes tokens; view as (B, L, H, D), then swap L and "
+                "H", _WRONG_WAY),
+    no_swap=("that is (B, L, H, D): the head axis must come before the "
+             "length axis, permute(0, 2, 1, 3)", _COLUMNS),
+    strided=("head h gets every H-th feature; it owns a block of D "
+             "neighbouring features: view as (B, L, H, D), not "
+             "(B, L, D, H)", _COLUMNS),
+    wrong_permute=("that is (B, H, D, L): permute lists the old axes in "
+                   "their new order, permute(0, 2, 1, 3)", _COLUMNS),
+    no_permute=("the exercise asks for permute (the chapter used "
+                "transpose): bring the axes in order with permute(0, 2, "
+                "1, 3)", _COLUMNS),
+)
 
 
 def check_split_heads(
     fn: Callable[[torch.Tensor, int], torch.Tensor],
 ) -> Verdict:
     """Exercise 5.1: ``fn(x, num_heads)`` maps ``(B, L, H*D)`` to
-    ``(B, H, L, D)`` as :func:`~mha_lib.split_heads` does."""
+    ``(B, H, L, D)`` as :func:`~mha_lib.split_heads` does, with ``view``
+    (or ``reshape``) and ``permute``."""
     for x, num_heads in _inputs():
-        name = f"fn(x of shape {tuple(x.shape)}, num_heads={num_heads})"
-        try:
-            given = fn(x, num_heads)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{name} raised {type(error).__name__}: {error}")
-        expected = split_heads(x, num_heads)
-        # the view without transpose
-        wrong = x.reshape(x.size(0), num_heads, x.size(1), -1)
-        if (isinstance(given, torch.Tensor)
-                and given.shape == expected.shape
-                and torch.equal(given, wrong)
-                and not torch.equal(given, expected)):
-            return Verdict(
-                False, f"{name} gives x.view(B, H, L, D): right shape, "
-                       "but each head mixes tokens; view as (B, L, H, D), "
-                       "then swap L and H")
-        verdict = close(name, given, expected, "")
-        if not verdict:
-            return verdict
+        batch, length, d_model = x.shape
+        head_dim = d_model // num_heads
+        call = attempt(fn, x, num_heads,
+                       shown=f"x {tuple(x.shape)}, num_heads={num_heads}")
+        if call.verdict is not None:
+            return call.verdict
+        problem = check_tensor(
+            call.label, call.value, split_heads(x, num_heads),
+            axes="(B, H, L, D)", atol=0.0, rtol=0.0, mistakes=[
+                (SPLIT["plain_view"],
+                 x.reshape(batch, num_heads, length, head_dim)),
+                (SPLIT["no_swap"],
+                 x.reshape(batch, length, num_heads, head_dim)),
+                (SPLIT["strided"], x.reshape(
+                    batch, length, head_dim, num_heads).permute(
+                        0, 3, 1, 2)),
+                (SPLIT["wrong_permute"], x.reshape(
+                    batch, length, num_heads, head_dim).permute(
+                        0, 2, 3, 1)),
+            ])
+        if problem is not None:
+            return problem
+        if not call.record.used(*_PERMUTE):
+            return SPLIT["no_permute"].verdict(call.label)
     return Verdict(
         True,
         "(B, L, H*D) -> (B, H, L, D), head h = columns h*D..(h+1)*D-1")
+
+
+MERGE = catalogue(
+    "check_merge_heads", 5,
+    view_not_contiguous=("view cannot merge the axes of an attention "
+                         "output after the permute: its memory is no "
+                         "longer contiguous; use reshape (or "
+                         ".contiguous().view)", _BACK),
+    reshape_only=("the reshape alone reads the numbers in (B, H, L, D) "
+                  "memory order and mixes tokens: permute to "
+                  "(B, L, H, D) first", _BACK),
+    dimension_major=("the features come out dimension by dimension, the "
+                     "heads interleaved: permute to (B, L, H, D), not "
+                     "(B, L, D, H)", _BACK),
+    no_permute=("the exercise asks for permute (the chapter used "
+                "transpose): permute(0, 2, 1, 3), then reshape", _BACK),
+)
+
+
+def _explain_merge(error: BaseException, record) -> object:
+    if "view size is not compatible" in str(error):
+        return MERGE["view_not_contiguous"]
+    return None
 
 
 def check_merge_heads(
     fn: Callable[[torch.Tensor], torch.Tensor],
 ) -> Verdict:
     """Exercise 5.3: ``fn(x)`` maps ``(B, H, L, D)`` back to ``(B, L, H*D)``
-    as :func:`~mha_lib.merge_heads` does, the inverse of
-    :func:`~mha_lib.split_heads`."""
+    as :func:`~mha_lib.merge_heads` does, with ``permute`` and a reshape,
+    for real attention outputs (contiguous ``(B, H, L, D)`` tensors) and
+    for the output of :func:`~mha_lib.split_heads`."""
+    cases = []
     for x, num_heads in _inputs():
-        heads = split_heads(x, num_heads)
-        name = f"fn(x of shape {tuple(heads.shape)})"
-        try:
-            given = fn(heads)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{name} raised {type(error).__name__}: {error}")
-        verdict = close(name, given, merge_heads(heads), "")
-        if not verdict:
-            return verdict
+        heads = split_heads(x, num_heads)  # (B, H, L, D), a strided view
+        cases += [heads.contiguous(), heads]  # attention output, a view
+    for heads in cases:
+        batch, num_heads, length, head_dim = heads.shape
+        call = attempt(fn, heads, explain=_explain_merge)
+        if call.verdict is not None:
+            return call.verdict
+        problem = check_tensor(
+            call.label, call.value, merge_heads(heads),
+            axes="(B, L, H*D)", atol=0.0, rtol=0.0, mistakes=[
+                (MERGE["reshape_only"],
+                 heads.reshape(batch, length, num_heads * head_dim)),
+                (MERGE["dimension_major"], heads.permute(
+                    0, 2, 3, 1).reshape(batch, length,
+                                        num_heads * head_dim)),
+            ])
+        if problem is not None:
+            return problem
+        if not call.record.used(*_PERMUTE):
+            return MERGE["no_permute"].verdict(call.label)
     return Verdict(
         True, "(B, H, L, D) -> (B, L, H*D); fn(split_heads(x, H)) is x")
+
+
+COLUMNS = catalogue(
+    "check_head_columns", 5,
+    strided=("that takes every H-th column; head h owns the D "
+             "neighbouring columns h*D .. (h+1)*D - 1", _COLUMNS),
+    width_is_heads=("the block width is D = d_model // num_heads, not "
+                    "num_heads", _COLUMNS),
+    reshaped=("the exercise slices columns, without view, reshape or "
+              "permute", _COLUMNS),
+)
+
+_RESHAPES = (torch.Tensor.view, torch.Tensor.reshape, torch.reshape,
+             torch.Tensor.unflatten, torch.unflatten, torch.Tensor.permute,
+             torch.permute, torch.Tensor.transpose, torch.transpose,
+             torch.Tensor.movedim, torch.movedim, torch.Tensor.flatten,
+             torch.flatten)
 
 
 def check_head_columns(
@@ -81,21 +171,25 @@ def check_head_columns(
 ) -> Verdict:
     """Exercise 5.2: ``fn(x, h, num_heads)`` returns head ``h`` of ``x``
     ``(B, L, H*D)`` as a ``(B, L, D)`` tensor, the same as
-    ``split_heads(x, num_heads)[:, h]``."""
+    ``split_heads(x, num_heads)[:, h]``, by slicing columns (no
+    reshape)."""
     for x, num_heads in _inputs():
         for h in range(num_heads):
-            name = (f"fn(x of shape {tuple(x.shape)}, h={h}, "
-                    f"num_heads={num_heads})")
-            try:
-                given = fn(x, h, num_heads)
-            except Exception as error:
-                # the reader's code: report it, do not crash the notebook
-                return Verdict(
-                    False,
-                    f"{name} raised {type(error).__name__}: {error}")
-            verdict = close(name, given, split_heads(x, num_heads)[:, h],
-                            "")
-            if not verdict:
-                return verdict
+            call = attempt(fn, x, h, num_heads,
+                           shown=f"x {tuple(x.shape)}, h={h}, "
+                                 f"num_heads={num_heads}")
+            if call.verdict is not None:
+                return call.verdict
+            if call.record.used(*_RESHAPES):
+                return COLUMNS["reshaped"].verdict(call.label)
+            problem = check_tensor(
+                call.label, call.value, split_heads(x, num_heads)[:, h],
+                axes="(B, L, D)", atol=0.0, rtol=0.0, mistakes=[
+                    (COLUMNS["strided"], x[..., h::num_heads]),
+                    (COLUMNS["width_is_heads"],
+                     x[..., h * num_heads:(h + 1) * num_heads]),
+                ])
+            if problem is not None:
+                return problem
     return Verdict(
         True, "head h is a block of D neighbouring columns of every token")

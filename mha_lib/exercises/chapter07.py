@@ -4,68 +4,101 @@ softmax)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
 from mha_lib.attention import masked_softmax
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+    source_names,
+)
 from mha_lib.masks import causal_mask, padding_mask
 
 __all__ = ["check_padding_mask", "check_decoder_mask", "check_safe_softmax"]
 
+_PADDING = "Padding masks from lengths"
+_CAUSAL = "Causal masks"
+_EMPTY = "A row with nothing to attend to"
+_HALF = "Half precision: why `-1e9` is not \"finite\" (optional)"
 
-def _call(fn: Callable, *args):
-    try:
-        return fn(*args), None
-    except Exception as error:
-        # the reader's code: report it, do not crash the notebook
-        return None, Verdict(
-            False, f"calling it raised {type(error).__name__}: {error}")
-
-
-def _same_mask(
-    name: str, given: object, want: torch.Tensor
-) -> Verdict | None:
-    """None when ``given`` is the bool mask ``want``, else what is wrong."""
-    if not isinstance(given, torch.Tensor):
-        return Verdict(
-            False, f"{name} should be a tensor, got {type(given).__name__}")
-    if given.dtype != torch.bool:
-        return Verdict(
-            False, f"{name} should be a bool tensor (True = may attend), "
-                   f"got dtype {given.dtype}")
-    if given.shape != want.shape:
-        return Verdict(
-            False, f"{name} should have shape {tuple(want.shape)}, "
-                   f"got {tuple(given.shape)}")
-    if not torch.equal(given, want):
-        wrong = (given != want).nonzero()[0].tolist()
-        return Verdict(
-            False, f"{name} differs from the expected mask, "
-                   f"first at index {wrong}: "
-                   f"got {bool(given[tuple(wrong)])}, "
-                   f"expected {bool(want[tuple(wrong)])}")
-    return None
+PADDING = catalogue(
+    "check_padding_mask", 7,
+    library=("that calls padding_mask; the exercise builds the mask "
+             "without it, from a comparison", _PADDING),
+    inverted=("the mask is True on the pads: in this book True means "
+              "\"may attend\", so the real keys are True", _PADDING),
+    one_too_many=("one key too many is visible: key j is real when "
+                  "j < length, not j <= length", _PADDING),
+    no_broadcast_axes=("the mask should be (B, 1, 1, Lk), with singleton "
+                       "axes for the heads and the queries, so that it "
+                       "broadcasts over (B, H, Lq, Lk)", _PADDING),
+    longest_length=("Lk is max_len, the padded length, not the longest "
+                    "of the lengths", _PADDING),
+    not_bool=("the mask should be bool: a 0/1 number mask would be added "
+              "to the scores, not used to hide keys", _PADDING),
+)
 
 
 def check_padding_mask(
     fn: Callable[[torch.Tensor, int], torch.Tensor],
 ) -> Verdict:
     """Exercise 7.1: ``fn(lengths (B,), max_len) -> (B, 1, 1, max_len)``
-    bool mask, True for the first ``lengths[b]`` keys of sentence ``b``."""
+    bool mask, True for the first ``lengths[b]`` keys of sentence ``b``,
+    built without :func:`~mha_lib.padding_mask`."""
+    if fn is padding_mask or "padding_mask" in source_names(fn):
+        return PADDING["library"].verdict()
     cases = [(torch.tensor([6, 6, 6, 3]), 6), (torch.tensor([2, 0, 5]), 5),
              (torch.tensor([1, 4]), 7)]
     for lengths, max_len in cases:
-        given, error = _call(fn, lengths.clone(), max_len)
-        if error is not None:
-            return error
-        wrong = _same_mask(f"fn({lengths.tolist()}, {max_len})", given,
-                           padding_mask(lengths, max_len))
-        if wrong is not None:
-            return wrong
+        call = attempt(fn, lengths.clone(), max_len)
+        if call.verdict is not None:
+            return call.verdict
+        want = padding_mask(lengths, max_len)  # (B, 1, 1, Lk)
+        given = call.value
+        if isinstance(given, torch.Tensor) and given.dtype != torch.bool \
+                and given.shape == want.shape \
+                and torch.equal(given.long(), want.long()):
+            return PADDING["not_bool"].verdict(call.label)
+        problem = check_tensor(
+            call.label, given, want, axes="(B, 1, 1, Lk)", mistakes=[
+                (PADDING["inverted"], ~want),
+                (PADDING["one_too_many"], padding_mask(
+                    (lengths + 1).clamp(max=max_len), max_len)),
+                (PADDING["no_broadcast_axes"], want[:, 0, 0]),
+                (PADDING["no_broadcast_axes"], want[:, 0]),
+                (PADDING["longest_length"],
+                 partial(padding_mask, lengths, int(lengths.max()))),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True,
         "the same masks as mha_lib.padding_mask, shape (B, 1, 1, Lk)")
+
+
+DECODER = catalogue(
+    "check_decoder_mask", 7,
+    padding_only=("this is the padding mask alone: the queries still see "
+                  "their future; & it with the causal mask", _CAUSAL),
+    causal_only=("this is the causal mask alone: the pads are still "
+                 "visible; & it with the padding mask", _PADDING),
+    either=("a key is visible when it is real AND not in the future: "
+            "combine the masks with &, not |", _CAUSAL),
+    inverted=("the mask is True where a key is hidden; True means \"may "
+              "attend\"", _CAUSAL),
+    future=("the queries see the future and not the past: the causal "
+            "part is the lower triangle, j <= i (torch.tril)", _CAUSAL),
+    no_diagonal=("a query may attend itself: the causal part is j <= i, "
+                 "the diagonal included", _CAUSAL),
+    pad_queries=("the padding part hides pad queries (rows); it should "
+                 "hide pad keys, the last axis", _PADDING),
+    no_head_axis=("the mask should be (B, 1, L, L), with a singleton axis "
+                  "for the heads", _PADDING),
+)
 
 
 def check_decoder_mask(
@@ -76,17 +109,62 @@ def check_decoder_mask(
     in the query's future."""
     for lengths in (torch.tensor([6, 6, 6, 3]), torch.tensor([2, 5, 1])):
         length = int(lengths.max())
-        want = (padding_mask(lengths, length)
-                & causal_mask(length))  # (B, 1, L, L)
-        given, error = _call(fn, lengths.clone())
-        if error is not None:
-            return error
-        wrong = _same_mask(f"fn({lengths.tolist()})", given, want)
-        if wrong is not None:
-            return wrong
+        pad = padding_mask(lengths, length)  # (B, 1, 1, L)
+        causal = causal_mask(length)  # (L, L)
+        want = pad & causal  # (B, 1, L, L)
+        call = attempt(fn, lengths.clone())
+        if call.verdict is not None:
+            return call.verdict
+        full = want.shape
+        problem = check_tensor(
+            call.label, call.value, want, axes="(B, 1, L, L)", mistakes=[
+                (DECODER["padding_only"], pad.expand(full)),
+                (DECODER["causal_only"], causal.expand(full)),
+                (DECODER["either"], pad | causal),
+                (DECODER["inverted"], ~want),
+                (DECODER["future"], pad & causal.T),
+                (DECODER["no_diagonal"], pad & causal.tril(-1)),
+                (DECODER["pad_queries"], pad.transpose(-2, -1) & causal),
+                (DECODER["no_head_axis"], want[:, 0]),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True,
         "padding_mask(lengths) & causal_mask(L), shape (B, 1, L, L)")
+
+
+SAFE = catalogue(
+    "check_safe_softmax", 7,
+    finite_fill=("the query that sees no key gets uniform weights, not "
+                 "zeros: a finite fill (-1e9, finfo.min) cannot tell an "
+                 "empty row from a full one; fill with -inf and zero the "
+                 "empty rows", _EMPTY),
+    nan=("a query that sees no key gets NaN: a row of only -inf is "
+         "0 / 0; find the empty rows and give them zeros", _EMPTY),
+    half_overflow=("-1e9 does not exist in float16 (its largest number is "
+                   "65504): compute in float32, or fill with -inf", _HALF),
+    dtype=("return the dtype of the scores: compute in float32 if you "
+           "like, then .to(scores.dtype)", "The library's masked softmax"),
+    inverted=("the mask hides the keys where it is True; True means "
+              "\"may attend\"", _PADDING),
+    softmax_dim=("the softmax runs over the queries (dim=-2); it runs "
+                 "over the keys, the last axis",
+                 "The softmax: weights that sum to one", 6),
+)
+
+
+def _over_queries(scores: torch.Tensor, mask: torch.Tensor
+                  ) -> torch.Tensor:
+    """The masked softmax over the queries (dim=-2): the usual wrong
+    axis."""
+    return masked_softmax(scores.float().mT, mask.mT).mT.to(scores.dtype)
+
+
+def _explain_half(error: BaseException, record) -> object:
+    text = str(error)
+    return SAFE["half_overflow"] if "overflow" in text \
+        or "Half" in text else None
 
 
 def check_safe_softmax(
@@ -103,28 +181,30 @@ def check_safe_softmax(
     mask[1, 2] = True  # one that sees everything
     for dtype in (torch.float32, torch.float16):
         s = scores.to(dtype)
-        given, error = _call(fn, s.clone(), mask.clone())
-        if error is not None:
-            return error
-        if isinstance(given, torch.Tensor) and given.isnan().any():
-            return Verdict(
-                False, f"the weights for {dtype} scores contain NaN "
-                       f"(a fully masked row?)")
-        if isinstance(given, torch.Tensor) and given.dtype != dtype:
-            return Verdict(
-                False, f"for {dtype} scores the weights should be {dtype}, "
-                       f"got {given.dtype}")
-        if (isinstance(given, torch.Tensor) and given.shape == s.shape
-                and given[0, 1].any()):
-            return Verdict(
-                False, f"query 1 of sample 0 sees no key, so its weights "
-                       f"should be all zeros, got "
-                       f"{[round(w, 4) for w in given[0, 1].tolist()]} "
-                       f"for {dtype} scores")
+        call = attempt(fn, s.clone(), mask.clone(),
+                       shown=f"{dtype} scores {tuple(s.shape)}, mask",
+                       explain=_explain_half)
+        if call.verdict is not None:
+            return call.verdict
+        given = call.value
+        want = masked_softmax(s, mask)
         tol = 1e-5 if dtype == torch.float32 else 1e-3
-        verdict = close(f"the weights for {dtype} scores", given,
-                        masked_softmax(s, mask), "", atol=tol, rtol=tol)
-        if not verdict:
-            return verdict
+        if isinstance(given, torch.Tensor) and given.shape == s.shape:
+            if given[0, 1].isnan().any():
+                return SAFE["nan"].verdict(call.label)
+            if given.dtype != dtype:
+                return SAFE["dtype"].verdict(call.label)
+            inverted = masked_softmax(s, ~mask).float()
+            if torch.allclose(given.float(), inverted, atol=tol):
+                return SAFE["inverted"].verdict(call.label)
+            if not given.isnan().any() and given[0, 1].abs().sum() > 0.5:
+                return SAFE["finite_fill"].verdict(call.label)
+        problem = check_tensor(
+            call.label, given, want, axes="(B, Lq, Lk)", atol=tol,
+            rtol=tol, mistakes=[
+                (SAFE["softmax_dim"], partial(_over_queries, s, mask)),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(True, "as mha_lib.masked_softmax, empty rows zero, "
                          "float32 and float16")

@@ -7,7 +7,14 @@ from collections.abc import Callable
 
 import torch
 
-from mha_lib.exercises.verdict import Verdict, check_calls, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_calls,
+    check_tensor,
+    passed,
+)
 from mha_lib.heads import merge_heads
 from mha_lib.masks import causal_mask, padding_mask
 from mha_lib.mha import MultiHeadAttention
@@ -18,34 +25,70 @@ __all__ = [
     "check_num_parameters",
 ]
 
+_CONCAT = "Concatenating the heads"
+_MASKS = "Masks go straight through"
+
+CONCAT = catalogue(
+    "check_concat_heads", 8,
+    wrong_axis=("the heads are concatenated along the wrong axis: they go "
+                "side by side in the features, dim=-1", _CONCAT),
+    interleaved=("the heads are interleaved feature by feature (stacked "
+                 "on a last axis, then flattened); head h fills the block "
+                 "of features h*D .. (h+1)*D - 1", _CONCAT),
+    reversed=("the heads come in reverse order: head 0 first", _CONCAT),
+    no_cat=("the exercise concatenates with torch.cat", _CONCAT),
+)
+
 
 def check_concat_heads(
     fn: Callable[[list[torch.Tensor]], torch.Tensor],
 ) -> Verdict:
     """Exercise 8.1: ``fn(heads)`` takes a list of ``H`` per-head outputs,
-    each ``(B, L, D)``, and concatenates them into ``(B, L, H*D)`` like
-    :func:`merge_heads`."""
+    each ``(B, L, D)``, and concatenates them with ``torch.cat`` into
+    ``(B, L, H*D)`` like :func:`merge_heads`."""
     generator = torch.Generator().manual_seed(8)
     for batch, heads, length, head_dim in ((3, 4, 6, 2), (2, 3, 5, 4),
                                            (1, 1, 2, 3)):
         x = torch.randn(batch, heads, length, head_dim,
                         generator=generator)  # (B, H, L, D)
-        per_head = list(x.unbind(dim=1))  # H x (B, L, D)
-        try:
-            given = fn(per_head)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn({heads} heads of shape "
-                       f"{(batch, length, head_dim)}) "
-                       f"raised {type(error).__name__}: {error}")
-        verdict = close(
-            f"fn({heads} heads of shape {(batch, length, head_dim)})",
-            given, merge_heads(x), "", atol=0.0, rtol=0.0)
-        if not verdict:
-            return verdict
+        per_head = list(x.unbind(dim=1))  # H x (B, L, D), strided views
+        call = attempt(fn, per_head, shown=f"{heads} heads of shape "
+                                           f"{(batch, length, head_dim)}")
+        if call.verdict is not None:
+            return call.verdict
+        problem = check_tensor(
+            call.label, call.value, merge_heads(x), axes="(B, L, H*D)",
+            atol=0.0, rtol=0.0, mistakes=[
+                (CONCAT["wrong_axis"], torch.cat(per_head, dim=0)),
+                (CONCAT["wrong_axis"], torch.cat(per_head, dim=1)),
+                (CONCAT["interleaved"],
+                 torch.stack(per_head, dim=-1).flatten(-2)),
+                (CONCAT["reversed"], torch.cat(per_head[::-1], dim=-1)),
+            ])
+        if problem is not None:
+            return problem
+        if not call.record.used(torch.cat, torch.concat,
+                                torch.concatenate):
+            return CONCAT["no_cat"].verdict(call.label)
     return Verdict(
         True, "head h fills features h*D to (h+1)*D, as in merge_heads")
+
+
+MASKED = catalogue(
+    "check_masked_self_attention", 8,
+    padding_only=("this is the padding mask alone: tokens still see "
+                  "their future; combine it with the causal mask by &",
+                  _MASKS),
+    causal_only=("this is the causal mask alone: the pads still attend "
+                 "to pads; combine it with the padding mask by &", _MASKS),
+    either=("the masks are combined with |: a key must be real AND in "
+            "the past, &", _MASKS),
+    inverted=("the mask is inverted: in this book True means \"may "
+              "attend\" (nn.MultiheadAttention's convention is the "
+              "opposite)", _MASKS),
+    pair=("output is the pair (output, weights) the module returns: "
+          "take [0]", "Assembling the module"),
+)
 
 
 def check_masked_self_attention(
@@ -65,51 +108,84 @@ def check_masked_self_attention(
         got = (tuple(x.shape) if isinstance(x, torch.Tensor)
                else type(x).__name__)
         return Verdict(
-            False, f"x should be the padded batch "
-                   f"(B, L, {mha.d_model}), got {got}")
+            False, f"x should be the padded batch, expected shape "
+                   f"(B, L, d_model) = (B, L, {mha.d_model}), got {got}")
     batch, length = x.shape[:2]
     if (not isinstance(lengths, torch.Tensor)
             or tuple(lengths.shape) != (batch,)):
         got = (tuple(lengths.shape) if isinstance(lengths, torch.Tensor)
                else type(lengths).__name__)
         return Verdict(
-            False, f"lengths should be a tensor of shape ({batch},), "
-                   f"one length per sentence, got {got}")
+            False, f"lengths should be one length per sentence, expected "
+                   f"shape (B,) = ({batch},), got {got}")
+    if isinstance(output, tuple):
+        return MASKED["pair"].verdict("output")
     pad = padding_mask(lengths, length)  # (B, 1, 1, Lk)
     causal = causal_mask(length)  # (Lq, Lk)
-    with torch.no_grad():
-        expected, _ = mha(x, mask=pad & causal)
-        only_padding, _ = mha(x, mask=pad)
-        only_causal, _ = mha(x, mask=causal)
-    if isinstance(output, torch.Tensor) and output.shape == expected.shape:
-        given = output.detach()
-        if (torch.allclose(given, only_padding, atol=1e-5, rtol=1e-5)
-                and not torch.allclose(given, expected,
-                                       atol=1e-5, rtol=1e-5)):
-            return Verdict(False, "this is the padding mask alone: "
-                                  "tokens still see their future")
-        if (torch.allclose(given, only_causal, atol=1e-5, rtol=1e-5)
-                and not torch.allclose(given, expected,
-                                       atol=1e-5, rtol=1e-5)):
-            return Verdict(False, "this is the causal mask alone: "
-                                  "the pads still attend to pads")
-    return close(
-        "output", output, expected,
+
+    def run(mask: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return mha(x, mask=mask)[0]
+
+    return passed(check_tensor(
+        "output", output, run(pad & causal), axes="(B, L, d_model)",
+        mistakes=[
+            (MASKED["padding_only"], lambda: run(pad)),
+            (MASKED["causal_only"], lambda: run(causal)),
+            (MASKED["either"], lambda: run(pad | causal)),
+            (MASKED["inverted"], lambda: run(~(pad & causal))),
+        ]),
         "padding AND causal: each token sees the real tokens up to itself")
 
 
+_MODULE = "Assembling the module"
+
+PARAMETERS = catalogue(
+    "check_num_parameters", 8,
+    no_bias=("the biases are missing: with bias=True each of the four "
+             "layers has d_model of them", _MODULE),
+    bias_flag=("with bias=False there are no biases", _MODULE),
+    no_output=("the output projection is missing: four d_model x d_model "
+               "layers, q, k, v and out", "The output projection"),
+    per_head=("the heads only slice the four projections: their number "
+              "does not enter the count", _MODULE),
+    built_module=("that builds a module and counts its parameters; the "
+                  "exercise counts from the shapes alone", _MODULE),
+)
+
+
+def _built_module(record) -> object:
+    """A module was made: its weights were allocated or initialised."""
+    made = record.used(torch.empty, torch.Tensor.uniform_,
+                       torch.Tensor.normal_, torch.Tensor.zero_,
+                       torch.Tensor.fill_, torch.nn.init.kaiming_uniform_,
+                       torch.nn.init.xavier_uniform_)
+    return PARAMETERS["built_module"] if made else None
+
+
 def _num_parameters(d_model: int, num_heads: int, bias: bool) -> int:
-    # shapes only: no memory, no use of the random state
-    with torch.device("meta"):
+    # no use of the random state; sizes small enough to build
+    with torch.random.fork_rng():
         module = MultiHeadAttention(d_model, num_heads, bias=bias)
     return sum(p.numel() for p in module.parameters())
 
 
+def _wrong_counts(d: int, h: int, bias: bool) -> list:
+    b = 4 * d if bias else 0
+    return [(PARAMETERS["no_bias"], 4 * d * d),
+            (PARAMETERS["bias_flag"], 4 * d * d + 4 * d),
+            (PARAMETERS["no_output"], 3 * d * d + 3 * b // 4),
+            (PARAMETERS["per_head"], (4 * d * d + b) // h),
+            (PARAMETERS["per_head"], (4 * d * d + b) * h)]
+
+
 def check_num_parameters(fn: Callable[[int, int, bool], int]) -> Verdict:
     """Exercise 8.3: ``fn(d_model, num_heads, bias)`` is the number of
-    parameters of ``MultiHeadAttention(d_model, num_heads, bias=bias)``."""
+    parameters of ``MultiHeadAttention(d_model, num_heads, bias=bias)``,
+    counted from the shapes alone (no module built)."""
     cases = ((8, 4, True), (8, 2, True), (512, 8, True), (512, 8, False),
              (768, 12, True), (96, 1, False))
     return check_calls(
         fn, cases, _num_parameters,
-        "4 * d_model**2, + 4 * d_model with bias, whatever num_heads")
+        "4 * d_model**2, + 4 * d_model with bias, whatever num_heads",
+        mistakes=_wrong_counts, refuse=_built_module)

@@ -7,12 +7,40 @@ from collections.abc import Callable
 
 import torch
 
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+)
 from mha_lib.masks import padding_mask
 from mha_lib.mha import MultiHeadAttention
 from mha_lib.variants import D2LMultiHeadAttention
 
 __all__ = ["check_repeat_lens", "check_unfold_weights", "check_d2l_to_mha"]
+
+_ONCE_PER_HEAD = "`valid_lens`, once per head"
+_REPEAT = "The wrong way: `repeat`"
+_TWO_D = "2-D `valid_lens`: one length per query"
+
+REPEAT = catalogue(
+    "check_repeat_lens", 9,
+    tiled=("that is .repeat: the lengths cycle through the batch, but the "
+           "folded rows are sample-major, row b*H + h is sentence b",
+           _REPEAT),
+    copying=("the exercise builds it with indexing, expand or reshape "
+             "only, without repeat_interleave, repeat, tile or "
+             "concatenated copies", _ONCE_PER_HEAD),
+    head_axis_last=("for (B, Lq) lengths the head axis goes right after "
+                    "the batch axis, not after Lq", _TWO_D),
+    flattened=("2-D valid_lens keep their Lq axis: (B, Lq) -> (B*H, Lq)",
+               _TWO_D),
+)
+
+_COPIES = (torch.repeat_interleave, torch.Tensor.repeat_interleave,
+           torch.Tensor.repeat, torch.tile, torch.Tensor.tile, torch.cat,
+           torch.concat, torch.concatenate, torch.stack, torch.hstack,
+           torch.vstack)
 
 
 def check_repeat_lens(
@@ -20,42 +48,51 @@ def check_repeat_lens(
 ) -> Verdict:
     """Exercise 9.1: ``fn(valid_lens, num_heads)`` repeats each sample's
     lengths once per head, ``(B,) -> (B*H,)`` or ``(B, Lq) -> (B*H, Lq)``,
-    like ``torch.repeat_interleave``."""
+    like ``torch.repeat_interleave``, with indexing, ``expand`` or
+    ``reshape`` only."""
     cases = (torch.tensor([6, 4, 3]), torch.tensor([2, 0]),
              torch.tensor([[1, 2, 3], [3, 3, 1]]))
     for valid_lens in cases:
+        rest = valid_lens.shape[1:]
         for num_heads in (4, 1, 3):
-            call = f"fn({valid_lens.tolist()}, {num_heads})"
-            try:
-                given = fn(valid_lens.clone(), num_heads)
-            except Exception as error:
-                # the reader's code: report it, do not crash the notebook
-                return Verdict(
-                    False, f"{call} raised "
-                           f"{type(error).__name__}: {error}")
+            shown = f"{valid_lens.tolist()}, {num_heads}"
+            call = attempt(fn, valid_lens.clone(), num_heads, shown=shown)
+            if call.verdict is not None:
+                return call.verdict
             expected = torch.repeat_interleave(valid_lens,
                                                repeats=num_heads, dim=0)
-            if (not isinstance(given, torch.Tensor)
-                    or given.shape != expected.shape):
-                shape = (tuple(given.shape)
-                         if isinstance(given, torch.Tensor)
-                         else type(given).__name__)
-                return Verdict(
-                    False, f"{call} should have shape "
-                           f"{tuple(expected.shape)}, got {shape}")
-            if not torch.equal(given, expected):
-                hint = ""
-                cycled = valid_lens.repeat(
-                    num_heads, *[1] * (valid_lens.dim() - 1))
-                if torch.equal(given, cycled):
-                    hint = (" (that is .repeat: the lengths cycle through "
-                            "the batch, but the folded rows are "
-                            "sample-major, b*H + h)")
-                return Verdict(
-                    False, f"{call} should be {expected.tolist()}, "
-                           f"got {given.tolist()}{hint}")
+            problem = check_tensor(
+                call.label, call.value, expected, atol=0, rtol=0,
+                axes="(B*H,)" if not rest else "(B*H, Lq)", mistakes=[
+                    (REPEAT["tiled"],
+                     valid_lens.repeat(num_heads, *[1] * len(rest))),
+                    (REPEAT["head_axis_last"], valid_lens[..., None].expand(
+                        *valid_lens.shape, num_heads).reshape(-1, *rest)),
+                    (REPEAT["flattened"], expected.flatten()),
+                    (REPEAT["flattened"], valid_lens.flatten(
+                        ).repeat_interleave(num_heads)),
+                ])
+            if problem is not None:
+                return problem
+            if call.record.used(*_COPIES):
+                return REPEAT["copying"].verdict(call.label)
     return Verdict(
         True, "each length repeated num_heads times in a row: row b*H + h")
+
+
+UNFOLD = catalogue(
+    "check_unfold_weights", 9,
+    head_major=("the rows are folded sample-major (row b*H + h is "
+                "sentence b, head h), not head-major: reshape to "
+                "(B, H, Lq, Lk) directly", "`transpose_qkv`: fold the "
+                                           "heads into the batch"),
+    swapped_lengths=("the last two axes stay (Lq, Lk), queries by keys: "
+                     "only the first axis unfolds",
+                     "`transpose_output`: unfold and concatenate"),
+    transposed=("the weights are transposed: row i is query i, so each "
+                "row sums to one", "The d2l attention weights, as heat "
+                                   "maps"),
+)
 
 
 def check_unfold_weights(
@@ -66,29 +103,80 @@ def check_unfold_weights(
     of :class:`MultiHeadAttention`."""
     generator = torch.Generator().manual_seed(9)
     for batch, heads, q_len, k_len in ((3, 4, 6, 6), (2, 3, 3, 5),
-                                       (1, 2, 4, 1)):
+                                       (1, 2, 4, 1), (4, 2, 5, 5)):
         folded = torch.rand(batch * heads, q_len, k_len,
-                            generator=generator)
-        call = f"fn(weights of shape {tuple(folded.shape)}, {heads})"
-        try:
-            given = fn(folded.clone(), heads)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{call} raised {type(error).__name__}: {error}")
-        expected = folded.reshape(batch, heads, q_len, k_len)
-        swapped = folded.reshape(heads, batch, q_len, k_len).transpose(0, 1)
-        if (isinstance(given, torch.Tensor)
-                and given.shape == expected.shape
-                and batch > 1 and torch.equal(given, swapped)):
-            return Verdict(
-                False, "the rows are folded sample-major (row b*H + h), "
-                       "not head-major: reshape to (B, H, Lq, Lk) directly")
-        verdict = close(call, given, expected, "", atol=0.0, rtol=0.0)
-        if not verdict:
-            return verdict
+                            generator=generator).softmax(-1)
+        call = attempt(fn, folded.clone(), heads,
+                       shown=f"weights {tuple(folded.shape)}, {heads}")
+        if call.verdict is not None:
+            return call.verdict
+        problem = check_tensor(
+            call.label, call.value,
+            folded.reshape(batch, heads, q_len, k_len),
+            axes="(B, H, Lq, Lk)", atol=0.0, rtol=0.0, mistakes=[
+                (UNFOLD["head_major"], folded.reshape(
+                    heads, batch, q_len, k_len).transpose(0, 1)),
+                (UNFOLD["head_major"],
+                 folded.reshape(heads, batch, q_len, k_len)),
+                (UNFOLD["swapped_lengths"],
+                 folded.reshape(batch, heads, k_len, q_len)),
+                (UNFOLD["transposed"], folded.reshape(
+                    batch, heads, q_len, k_len).transpose(-2, -1)),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "row b*H + h of the folded weights is sentence b, head h")
+
+
+_SAME = "Same numbers as chapter 8's module"
+
+D2L = catalogue(
+    "check_d2l_to_mha", 9,
+    transposed=("the weights were transposed: both modules use nn.Linear, "
+                "(out, in); copy them as they are", _SAME),
+    swapped=("the layers are mixed up: W_q -> q_proj, W_k -> k_proj, "
+             "W_v -> v_proj, W_o -> out_proj", _SAME),
+    not_copied=("a layer was not copied: all four, W_o -> out_proj "
+                "included", _SAME),
+    extra_bias=("the new module has biases the d2l module does not have: "
+                "MultiHeadAttention(..., bias=False) when d2l.W_q.bias is "
+                "None", _SAME),
+    bias_not_copied=("the biases were not copied: load_state_dict or "
+                     "copy_ copies weight and bias together", _SAME),
+    num_heads=("the number of heads differs: take d2l.num_heads", _SAME),
+)
+
+_PAIRS = (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"),
+          ("W_o", "out_proj"))
+
+
+def _compare_layers(d2l: D2LMultiHeadAttention,
+                    mha: MultiHeadAttention) -> Verdict | None:
+    """Name the layer that was not copied right, from the parameters."""
+    weights = {old: getattr(d2l, old).weight.detach() for old, _ in _PAIRS}
+    for old, new in _PAIRS:
+        layer = getattr(mha, new, None)
+        if not isinstance(layer, torch.nn.Linear):
+            return Verdict(False, f"the returned module has no nn.Linear "
+                                  f"{new}")
+        given, want = layer.weight.detach(), weights[old]
+        if given.shape == want.shape and torch.equal(given, want):
+            bias = getattr(d2l, old).bias
+            if bias is None and layer.bias is not None \
+                    and layer.bias.detach().abs().max() > 0:
+                return D2L["extra_bias"].verdict(new)
+            if bias is not None and (layer.bias is None or not torch.equal(
+                    layer.bias.detach(), bias.detach())):
+                return D2L["bias_not_copied"].verdict(new)
+            continue
+        if given.shape == want.T.shape and torch.equal(given, want.T):
+            return D2L["transposed"].verdict(f"{new}.weight")
+        if any(given.shape == w.shape and torch.equal(given, w)
+               for w in weights.values()):
+            return D2L["swapped"].verdict(f"{new}.weight")
+        return D2L["not_copied"].verdict(f"{new}.weight")
+    return None
 
 
 def check_d2l_to_mha(
@@ -98,7 +186,7 @@ def check_d2l_to_mha(
     the weights of ``d2l`` (a :class:`D2LMultiHeadAttention` whose sizes all
     equal ``num_hiddens``), so that
     ``mha(x, mask=padding_mask(valid_lens))[0]`` equals
-    ``d2l(x, x, x, valid_lens)``."""
+    ``d2l(x, x, x, valid_lens)``, in training and in eval mode."""
     generator = torch.Generator().manual_seed(90)
     for num_hiddens, num_heads, bias in ((8, 4, False), (12, 3, False),
                                          (6, 2, True)):
@@ -108,35 +196,40 @@ def check_d2l_to_mha(
             d2l = D2LMultiHeadAttention(
                 num_hiddens, num_hiddens, num_hiddens, num_hiddens,
                 num_heads, dropout=0.0, bias=bias).eval()
-        try:
-            mha = fn(d2l)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn(d2l with num_hiddens={num_hiddens}, "
-                       f"bias={bias}) raised "
-                       f"{type(error).__name__}: {error}")
+        call = attempt(fn, d2l,
+                       shown=f"d2l with num_hiddens={num_hiddens}, "
+                             f"num_heads={num_heads}, bias={bias}")
+        if call.verdict is not None:
+            return call.verdict
+        mha = call.value
         if not isinstance(mha, MultiHeadAttention):
             return Verdict(
-                False, f"fn should return a mha_lib.MultiHeadAttention, "
-                       f"got {type(mha).__name__}")
+                False, f"{call.label} should return a "
+                       f"mha_lib.MultiHeadAttention, got "
+                       f"{type(mha).__name__}")
+        if mha.num_heads != num_heads:
+            return D2L["num_heads"].verdict(call.label)
+        problem = _compare_layers(d2l, mha)
+        if problem is not None:
+            return problem
         x = torch.randn(3, 5, num_hiddens, generator=generator)
         for valid_lens in (torch.tensor([5, 3, 2]),
                            torch.tensor([[1, 2, 3, 4, 5]] * 3)):
             with torch.no_grad():
                 want = d2l(x, x, x, valid_lens)
-                try:
-                    given, _ = mha.eval()(x,
-                                          mask=padding_mask(valid_lens, 5))
-                except Exception as error:
-                    # the reader's module: report, do not crash
-                    return Verdict(
-                        False, f"the returned module raised "
-                               f"{type(error).__name__}: {error}")
-            verdict = close(
-                f"its output (num_hiddens={num_hiddens}, bias={bias}, "
-                f"valid_lens {tuple(valid_lens.shape)})", given, want, "")
-            if not verdict:
-                return verdict
+            for training in (False, True):
+                mask = padding_mask(valid_lens, 5)
+                run = attempt(mha.train(training), x, mask=mask,
+                              shown=f"x {tuple(x.shape)}, mask")
+                if run.verdict is not None:
+                    return run.verdict
+                problem = check_tensor(
+                    f"the output of the returned module "
+                    f"(num_hiddens={num_hiddens}, bias={bias}, "
+                    f"valid_lens {tuple(valid_lens.shape)}, "
+                    f"{'training' if training else 'eval'})",
+                    run.value[0], want)
+                if problem is not None:
+                    return problem
     return Verdict(
         True, "W_q, W_k, W_v, W_o -> q_proj, k_proj, v_proj, out_proj")

@@ -7,7 +7,15 @@ from collections.abc import Callable
 
 import torch
 
-from mha_lib.exercises.verdict import Verdict, check_calls, close
+from mha_lib.exercises.verdict import (
+    MATMUL,
+    Verdict,
+    attempt,
+    catalogue,
+    check_calls,
+    check_tensor,
+    source_names,
+)
 from mha_lib.masks import causal_mask, padding_mask
 from mha_lib.variants import EinsumMultiHeadAttention
 
@@ -17,43 +25,78 @@ __all__ = [
     "check_einsum_num_parameters",
 ]
 
+_SCORES = "`einsum`: the scores"
+_SCALE = "Why divide by $\\sqrt{d_k}$"
+
+SCORES = catalogue(
+    "check_einsum_scores", 10,
+    unscaled=("the scores are not scaled: divide by sqrt(D), the last "
+              "dim of q", _SCALE, 6),
+    scaled_by_d=("the scores are divided by D; the scale is 1 / sqrt(D)",
+                 _SCALE, 6),
+    multiplied=("the scores are multiplied by sqrt(D); divide them",
+                _SCALE, 6),
+    keys_first=("the output axes are in the wrong order: queries index "
+                "the rows, 'bhld,bhtd->bhlt', not '->bhtl'", _SCORES),
+    not_one_einsum=("the exercise computes the scores with a single "
+                    "torch.einsum, no @ or matmul", _SCORES),
+)
+
 
 def check_einsum_scores(
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
 ) -> Verdict:
     """Exercise 10.1: ``fn(q, k)`` computes the scaled scores
-    ``q k^T / sqrt(D)`` for chapter 8's layout, ``q (B, H, Lq, D)``,
-    ``k (B, H, Lk, D)`` -> ``(B, H, Lq, Lk)``."""
+    ``q k^T / sqrt(D)`` with a single ``torch.einsum`` for chapter 8's
+    layout, ``q (B, H, Lq, D)``, ``k (B, H, Lk, D)`` ->
+    ``(B, H, Lq, Lk)``."""
     generator = torch.Generator().manual_seed(10)
     for batch, heads, q_len, k_len, head_dim in ((3, 4, 6, 6, 2),
                                                  (2, 3, 3, 5, 4),
                                                  (1, 2, 1, 7, 3)):
         q = torch.randn(batch, heads, q_len, head_dim, generator=generator)
         k = torch.randn(batch, heads, k_len, head_dim, generator=generator)
-        try:
-            given = fn(q, k)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn(q of shape {tuple(q.shape)}, "
-                       f"k of shape {tuple(k.shape)}) "
-                       f"raised {type(error).__name__}: {error}")
-        expected = (q @ k.transpose(-2, -1)
-                    / math.sqrt(head_dim))  # (B, H, Lq, Lk)
-        if (isinstance(given, torch.Tensor)
-                and given.shape == expected.shape
-                and torch.allclose(given, expected * math.sqrt(head_dim),
-                                   atol=1e-5)):
-            return Verdict(
-                False, "the scores are not scaled: divide by sqrt(D), "
-                       "the last dim of q")
-        verdict = close(
-            f"fn(q of shape {tuple(q.shape)}, k of shape {tuple(k.shape)})",
-            given, expected, "")
-        if not verdict:
-            return verdict
+        call = attempt(fn, q, k)
+        if call.verdict is not None:
+            return call.verdict
+        raw = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+        problem = check_tensor(
+            call.label, call.value, raw / math.sqrt(head_dim),
+            axes="(B, H, Lq, Lk)", mistakes=[
+                (SCORES["unscaled"], raw),
+                (SCORES["scaled_by_d"], raw / head_dim),
+                (SCORES["multiplied"], raw * math.sqrt(head_dim)),
+                (SCORES["keys_first"],
+                 (raw / math.sqrt(head_dim)).transpose(-2, -1)),
+            ])
+        if problem is not None:
+            return problem
+        products = call.record.find(*MATMUL)
+        if len(products) != 1 or products[0][0] is not torch.einsum:
+            return SCORES["not_one_einsum"].verdict(call.label)
     return Verdict(
         True, "'bhld,bhtd->bhlt': d is summed; b, h, l, t index the scores")
+
+
+_INVERTED = "The mask convention is inverted"
+
+EINOPS_MASK = catalogue(
+    "check_einops_mask", 10,
+    library_convention=("this is the library's mask (True = may attend); "
+                        "the einops example blocks where its mask is "
+                        "True: invert it", _INVERTED),
+    padding_only=("only the pads are blocked: the future must be blocked "
+                  "too", _INVERTED),
+    causal_only=("only the future is blocked: the pads must be blocked "
+                 "too", _INVERTED),
+    half_inverted=("one of the two masks is inverted and the other not: "
+                   "invert the combined mask, ~(padding & causal)",
+                   _INVERTED),
+    head_axis=("the class shares one (B, L, L) mask between the heads: "
+               "drop the head axis of padding_mask", _INVERTED),
+    not_from_library=("the exercise builds the mask from the library's "
+                      "padding_mask and causal_mask", _INVERTED),
+)
 
 
 def check_einops_mask(
@@ -62,51 +105,84 @@ def check_einops_mask(
     """Exercise 10.2: ``fn(valid_lens, length)`` builds the mask
     ``(B, L, L)`` of padding and causal masking together for the einops
     example's ``MultiHeadAttentionNew``, in that class's convention:
-    True = blocked."""
+    True = blocked, from the library's ``padding_mask`` and
+    ``causal_mask``."""
+    names = source_names(fn)
     for valid_lens, length in ((torch.tensor([6, 4, 3]), 6),
                                (torch.tensor([2, 5]), 5),
                                (torch.tensor([1]), 3)):
-        allowed = (padding_mask(valid_lens, length)[:, 0]
-                   & causal_mask(length))  # (B, L, L)
-        try:
-            given = fn(valid_lens.clone(), length)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn({valid_lens.tolist()}, {length}) raised "
-                       f"{type(error).__name__}: {error}")
-        name = f"fn({valid_lens.tolist()}, {length})"
-        if not isinstance(given, torch.Tensor) or given.dtype != torch.bool:
-            what = (given.dtype if isinstance(given, torch.Tensor)
-                    else type(given).__name__)
-            return Verdict(
-                False, f"{name} should be a bool tensor, got {what}")
-        if given.shape != allowed.shape:
-            return Verdict(
-                False, f"{name} should have shape {tuple(allowed.shape)} "
-                       f"(B, L, L), got {tuple(given.shape)}")
-        if torch.equal(given, allowed):
-            return Verdict(
-                False, f"{name} is the library's mask (True = may attend); "
-                       f"the einops example blocks where its mask is True: "
-                       f"invert it")
-        if not torch.equal(given, ~allowed):
-            return Verdict(
-                False, f"{name} should be True exactly where a key is "
-                       f"padding or in the future: "
-                       f"{(~allowed).int().tolist()}")
+        pad = padding_mask(valid_lens, length)[:, 0]  # (B, 1, L)
+        causal = causal_mask(length)  # (L, L)
+        allowed = pad & causal  # (B, L, L)
+        call = attempt(fn, valid_lens.clone(), length)
+        if call.verdict is not None:
+            return call.verdict
+        full = allowed.shape
+        problem = check_tensor(
+            call.label, call.value, ~allowed, axes="(B, L, L)", mistakes=[
+                (EINOPS_MASK["library_convention"], allowed),
+                (EINOPS_MASK["padding_only"], (~pad).expand(full)),
+                (EINOPS_MASK["causal_only"], (~causal).expand(full)),
+                (EINOPS_MASK["half_inverted"], ~pad & causal),
+                (EINOPS_MASK["half_inverted"], pad & ~causal),
+                (EINOPS_MASK["head_axis"], ~allowed[:, None]),
+                (EINOPS_MASK["head_axis"], allowed[:, None]),
+            ])
+        if problem is not None:
+            return problem
+        # built from scratch (a helper of the reader's that calls the
+        # library is fine: its source is not this function's)
+        if names & {"arange", "tril", "triu", "ones"} \
+                and not names & {"padding_mask", "causal_mask"}:
+            return EINOPS_MASK["not_from_library"].verdict(call.label)
     return Verdict(
         True,
         "True = blocked, the opposite of mha_lib: ~(padding & causal)")
 
 
+_PARTS = "Concatenate, project, add, normalise"
+
+EINSUM_PARAMETERS = catalogue(
+    "check_einsum_num_parameters", 10,
+    no_layer_norm=("the LayerNorm is missing: a weight and a bias of "
+                   "d_model each", _PARTS),
+    no_biases=("the biases are missing: every nn.Linear(a, b) has b of "
+               "them", _PARTS),
+    d_k_d_v_swapped=("d_k and d_v are swapped: queries and keys have "
+                     "n_head * d_k features, values n_head * d_v",
+                     "The running example and the module"),
+    square_fc=("fc maps the n_head * d_v features of the heads back to "
+               "d_model; it is not d_model x d_model", _PARTS),
+)
+
+
+def _linear(a: int, b: int, bias: bool = True) -> int:
+    return a * b + (b if bias else 0)
+
+
 def _einsum_num_parameters(
     n_head: int, d_model: int, d_k: int, d_v: int
 ) -> int:
-    # shapes only: no memory, no use of the random state
-    with torch.device("meta"):
+    # no use of the random state; sizes small enough to build
+    with torch.random.fork_rng():
         module = EinsumMultiHeadAttention(n_head, d_model, d_k, d_v)
     return sum(p.numel() for p in module.parameters())
+
+
+def _wrong_counts(n_head: int, d_model: int, d_k: int, d_v: int) -> list:
+    def count(k: int, v: int, bias: bool = True, norm: bool = True,
+              fc_in: int | None = None) -> int:
+        return (2 * _linear(d_model, n_head * k, bias)
+                + _linear(d_model, n_head * v, bias)
+                + _linear(fc_in or n_head * v, d_model, bias)
+                + (2 * d_model if norm else 0))
+
+    return [(EINSUM_PARAMETERS["no_layer_norm"], count(d_k, d_v,
+                                                       norm=False)),
+            (EINSUM_PARAMETERS["no_biases"], count(d_k, d_v, bias=False)),
+            (EINSUM_PARAMETERS["d_k_d_v_swapped"], count(d_v, d_k)),
+            (EINSUM_PARAMETERS["square_fc"],
+             count(d_k, d_v, fc_in=d_model))]
 
 
 def check_einsum_num_parameters(
@@ -119,4 +195,5 @@ def check_einsum_num_parameters(
              (12, 96, 8, 16))
     return check_calls(
         fn, cases, _einsum_num_parameters,
-        "3 input projections, fc back to d_model, LayerNorm's 2 * d_model")
+        "3 input projections, fc back to d_model, LayerNorm's 2 * d_model",
+        mistakes=_wrong_counts)

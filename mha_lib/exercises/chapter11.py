@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+    source_names,
+)
+from mha_lib.heads import split_heads
 from mha_lib.interop import to_torch_mha
 from mha_lib.masks import causal_mask, padding_mask
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["check_to_torch", "check_torch_masks", "check_sdpa_attention"]
+
+_INSIDE = "Inside `nn.MultiheadAttention`"
+_ORDER = "The wrong way: the wrong order"
+_MASKS = "Masks: mind the opposite meaning"
+_FUNCTIONAL = "PyTorch's functional core: the same convention as ours"
 
 
 def _module(
@@ -20,7 +34,80 @@ def _module(
 ) -> MultiHeadAttention:
     with torch.random.fork_rng():  # leave the reader's random state alone
         torch.manual_seed(seed)
-        return MultiHeadAttention(d_model, num_heads, bias=bias).eval()
+        module = MultiHeadAttention(d_model, num_heads, bias=bias)
+        if bias:  # biases far from zero, so a forgotten one shows
+            with torch.no_grad():
+                for p in module.parameters():
+                    if p.dim() == 1:
+                        p.uniform_(-1.0, 1.0)
+        return module
+
+
+def _run_both_modes(module: nn.Module, *args, **kwargs) -> list:
+    """``module(*args)`` in training mode with gradients, then in eval mode
+    without (``nn.MultiheadAttention`` takes another path there)."""
+    results = []
+    for training in (True, False):
+        module.train(training)
+        with torch.set_grad_enabled(training):
+            results.append(attempt(module, *args, **kwargs))
+    return results
+
+
+TO_TORCH = catalogue(
+    "check_to_torch", 11,
+    order=("in_proj_weight stacks the input projections in the order q, "
+           "k, v: another order fits the shapes and gives wrong numbers",
+           _ORDER),
+    transposed=("the weights were transposed: nn.MultiheadAttention's "
+                "in_proj_weight holds W_q, W_k, W_v as nn.Linear stores "
+                "them, (out, in)", _INSIDE),
+    stacked_wrong_axis=("stack the three (d_model, d_model) weights along "
+                        "dim 0, into (3 d_model, d_model)", _INSIDE),
+    out_proj=("out_proj was not copied", _INSIDE),
+    biases=("the biases were not copied: in_proj_bias = cat of the "
+            "three biases, and out_proj.bias", _INSIDE),
+    batch_first=("make it with batch_first=True, so that it takes "
+                 "(B, L, d_model) like mha_lib", _INSIDE),
+    library=("that calls to_torch_mha; the exercise copies the weights "
+             "by hand", _INSIDE),
+)
+
+
+def _explain_to_torch(error: BaseException, record) -> object:
+    return TO_TORCH["stacked_wrong_axis"] \
+        if "size" in str(error) or "shape" in str(error) else None
+
+
+def _in_proj_problem(m: MultiHeadAttention,
+                     t: nn.MultiheadAttention) -> Verdict | None:
+    """Name what was copied wrong, from the parameters."""
+    w = {"q": m.q_proj.weight, "k": m.k_proj.weight, "v": m.v_proj.weight}
+    given = t.in_proj_weight
+    if given is None or given.shape != (3 * m.d_model, m.d_model):
+        return TO_TORCH["stacked_wrong_axis"].verdict("in_proj_weight")
+    given = given.detach()
+    right = torch.cat([w["q"], w["k"], w["v"]]).detach()
+    if not torch.equal(given, right):
+        for order in ("qvk", "kqv", "kvq", "vqk", "vkq"):
+            if torch.equal(given, torch.cat([w[c] for c in order])):
+                return TO_TORCH["order"].verdict("in_proj_weight")
+        transposed = torch.cat([w[c].T for c in "qkv"]).detach()
+        if torch.equal(given, transposed):
+            return TO_TORCH["transposed"].verdict("in_proj_weight")
+        return Verdict(False, "in_proj_weight does not hold the weights "
+                              "of q_proj, k_proj and v_proj")
+    if not torch.equal(t.out_proj.weight.detach(),
+                       m.out_proj.weight.detach()):
+        return TO_TORCH["out_proj"].verdict("out_proj.weight")
+    if m.q_proj.bias is not None:
+        bias = torch.cat([m.q_proj.bias, m.k_proj.bias, m.v_proj.bias])
+        if t.in_proj_bias is None or not torch.equal(
+                t.in_proj_bias.detach(), bias.detach()) \
+                or t.out_proj.bias is None or not torch.equal(
+                    t.out_proj.bias.detach(), m.out_proj.bias.detach()):
+            return TO_TORCH["biases"].verdict("in_proj_bias")
+    return None
 
 
 def check_to_torch(
@@ -28,48 +115,68 @@ def check_to_torch(
 ) -> Verdict:
     """Exercise 11.1: ``fn(m)`` returns an
     ``nn.MultiheadAttention(batch_first=True)`` with the weights of ``m``
-    (written by hand, without :func:`to_torch_mha`)."""
+    (written by hand, without :func:`to_torch_mha`), the same in training
+    and in eval mode."""
+    if fn is to_torch_mha or "to_torch_mha" in source_names(fn):
+        return TO_TORCH["library"].verdict()
     generator = torch.Generator().manual_seed(11)
     for d_model, num_heads, bias in ((8, 4, True), (12, 3, False),
                                      (6, 1, True)):
         m = _module(d_model, num_heads, bias, seed=d_model)
-        try:
-            t = fn(m)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn(MultiHeadAttention({d_model}, {num_heads}, "
-                       f"bias={bias})) "
-                       f"raised {type(error).__name__}: {error}")
+        call = attempt(fn, m, shown=f"MultiHeadAttention({d_model}, "
+                                    f"{num_heads}, bias={bias})",
+                       explain=_explain_to_torch)
+        if call.verdict is not None:
+            return call.verdict
+        t = call.value
         if not isinstance(t, nn.MultiheadAttention):
             return Verdict(
-                False, f"fn should return an nn.MultiheadAttention, "
-                       f"got {type(t).__name__}")
+                False, f"{call.label} should return an "
+                       f"nn.MultiheadAttention, got {type(t).__name__}")
         if not t.batch_first:
-            return Verdict(
-                False, "make it with batch_first=True, so that it takes "
-                       "(B, L, d_model) like mha_lib")
+            return TO_TORCH["batch_first"].verdict(call.label)
+        problem = _in_proj_problem(m, t)
+        if problem is not None:
+            return problem
         query = torch.randn(3, 4, d_model, generator=generator)
         memory = torch.randn(3, 6, d_model, generator=generator)
-        with torch.no_grad():
-            for key in (query, memory):  # self- and cross-attention
+        for key in (query, memory):  # self- and cross-attention
+            with torch.no_grad():
                 want, _ = m(query, key, key)
-                try:
-                    given, _ = t(query, key, key, need_weights=True)
-                except Exception as error:
-                    # the reader's module: report, do not crash
-                    return Verdict(
-                        False, f"the returned module raised "
-                               f"{type(error).__name__}: {error}")
-                verdict = close(
-                    f"its output (d_model={d_model}, bias={bias}, "
-                    f"Lk={key.size(1)})", given, want, "")
-                if not verdict:
-                    return Verdict(False, verdict.message + (
-                        ": is in_proj_weight [W_q; W_k; W_v], "
-                        "stacked along dim 0, biases included?"))
+            for run in _run_both_modes(t, query, key, key,
+                                       shown="query, key, value"):
+                if run.verdict is not None:
+                    return run.verdict
+                problem = check_tensor(
+                    f"the returned module's output (d_model={d_model}, "
+                    f"bias={bias}, Lk={key.size(1)}, "
+                    f"{'training' if t.training else 'eval'})",
+                    run.value[0], want)
+                if problem is not None:
+                    return problem
     return Verdict(
         True, "in_proj_weight = cat([W_q, W_k, W_v]), out_proj copied")
+
+
+TORCH_MASKS = catalogue(
+    "check_torch_masks", 11,
+    padding_polarity=("key_padding_mask is True on the real tokens: "
+                      "nn.MultiheadAttention reads True as 'ignore this "
+                      "key', so invert it", _MASKS),
+    causal_polarity=("attn_mask is True on the allowed keys: "
+                     "nn.MultiheadAttention reads True as 'not allowed', "
+                     "so invert it", _MASKS),
+    padding_shape=("key_padding_mask is (B, Lk), one row per sentence: "
+                   "drop the two broadcast axes of padding_mask (a 4-D one "
+                   "passes only in eval mode without gradients, PyTorch's "
+                   "fast path, and training refuses it)", _MASKS),
+    batched_attn_mask=("attn_mask is shared by the batch: (L, L); a 3-D "
+                       "one would be (B * num_heads, L, L)", _MASKS),
+    swapped=("the pair is (key_padding_mask, attn_mask), in that order",
+             _MASKS),
+    diagonal=("attn_mask also blocks the diagonal: a token may attend "
+              "itself, so block only j > i", _MASKS),
+)
 
 
 def check_torch_masks(
@@ -78,55 +185,124 @@ def check_torch_masks(
     """Exercise 11.2: ``fn(valid_lens, length)`` returns
     ``(key_padding_mask, attn_mask)`` for ``nn.MultiheadAttention`` that
     mean what ``padding_mask(valid_lens) & causal_mask(length)`` means to
-    ``mha_lib``."""
+    ``mha_lib``, in training (with gradients) and in eval mode."""
     generator = torch.Generator().manual_seed(111)
-    m = _module(8, 4, True, seed=0)
+    m = _module(8, 4, True, seed=0).eval()
     t = to_torch_mha(m)
     for valid_lens, length in ((torch.tensor([6, 4, 3]), 6),
                                (torch.tensor([1, 5]), 5)):
-        x = torch.randn(len(valid_lens), length, 8, generator=generator)
-        try:
-            key_padding_mask, attn_mask = fn(valid_lens.clone(), length)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn({valid_lens.tolist()}, {length}) raised "
-                       f"{type(error).__name__}: {error}")
+        batch = len(valid_lens)
+        x = torch.randn(batch, length, 8, generator=generator)
+        call = attempt(fn, valid_lens.clone(), length)
+        if call.verdict is not None:
+            return call.verdict
+        if not isinstance(call.value, (tuple, list)) \
+                or len(call.value) != 2:
+            return Verdict(False, f"{call.label} should return a pair "
+                                  f"(key_padding_mask, attn_mask)")
+        key_padding_mask, attn_mask = call.value
         valid = padding_mask(valid_lens, length)[:, 0, 0]  # (B, Lk)
-        if (isinstance(key_padding_mask, torch.Tensor)
-                and key_padding_mask.dtype == torch.bool
-                and key_padding_mask.shape == valid.shape
-                and torch.equal(key_padding_mask, valid)):
-            return Verdict(
-                False, "key_padding_mask is True on the real tokens: "
-                       "nn.MultiheadAttention reads True as "
-                       "'ignore this key', so invert it")
-        if (isinstance(attn_mask, torch.Tensor)
-                and attn_mask.dtype == torch.bool
-                and torch.equal(attn_mask, causal_mask(length))):
-            return Verdict(
-                False, "attn_mask is True on the allowed keys: "
-                       "nn.MultiheadAttention reads True as 'not allowed', "
-                       "so invert it")
+        causal = causal_mask(length)  # (L, L)
+
+        def same(given: object, want: torch.Tensor) -> bool:
+            return (isinstance(given, torch.Tensor)
+                    and given.shape == want.shape
+                    and torch.equal(given.bool(), want))
+
+        for mistake, found in (
+                ("swapped", same(key_padding_mask, ~causal)
+                 or same(attn_mask, ~valid)),
+                ("padding_polarity", same(key_padding_mask, valid)),
+                ("causal_polarity", same(attn_mask, causal)),
+                ("padding_shape", isinstance(key_padding_mask, torch.Tensor)
+                 and key_padding_mask.dim() != 2),
+                ("batched_attn_mask", isinstance(attn_mask, torch.Tensor)
+                 and attn_mask.dim() > 2
+                 and attn_mask.size(0) != batch * m.num_heads),
+                ("diagonal", same(attn_mask, ~causal.tril(-1)))):
+            if found:
+                return TORCH_MASKS[mistake].verdict(call.label)
         with torch.no_grad():
-            want, _ = m(x, mask=(padding_mask(valid_lens, length)
-                                 & causal_mask(length)))
-            try:
-                given, _ = t(x, x, x, key_padding_mask=key_padding_mask,
-                             attn_mask=attn_mask)
-            except Exception as error:
-                # the reader's masks: report, do not crash
-                return Verdict(
-                    False, f"nn.MultiheadAttention refused the masks: "
-                           f"{type(error).__name__}: {error}")
-        verdict = close(
-            f"the output with fn({valid_lens.tolist()}, {length})",
-            given, want, "")
-        if not verdict:
-            return verdict
+            want, _ = m(x, mask=padding_mask(valid_lens, length) & causal)
+        for run in _run_both_modes(t, x.clone().requires_grad_(), x, x,
+                                   key_padding_mask=key_padding_mask,
+                                   attn_mask=attn_mask,
+                                   shown="x, x, x, your masks"):
+            if run.verdict is not None:
+                return Verdict(False, "nn.MultiheadAttention refused the "
+                                      "masks: " + run.verdict.message)
+            problem = check_tensor(
+                f"the output with {call.label} "
+                f"({'training' if t.training else 'eval'})",
+                run.value[0], want)
+            if problem is not None:
+                return problem
     return Verdict(
         True,
         "key_padding_mask = ~valid, attn_mask = ~causal: True = blocked")
+
+
+SDPA = catalogue(
+    "check_sdpa_attention", 11,
+    inverted=("the mask was inverted: F.scaled_dot_product_attention "
+              "reads a bool mask as the library does, True = may attend; "
+              "pass it unchanged", _FUNCTIONAL),
+    float_mask=("a float mask is added to the scores: mask.float() adds 1 "
+                "to the allowed scores and blocks nothing; pass the bool "
+                "mask itself", _FUNCTIONAL),
+    mask_ignored=("the mask is ignored: pass it as attn_mask",
+                  _FUNCTIONAL),
+    is_causal=("is_causal=True builds its own causal mask and cannot be "
+               "combined with attn_mask: pass the given mask as attn_mask",
+               _FUNCTIONAL),
+    no_out_proj=("the output projection is missing: m.out_proj after "
+                 "merging the heads", "The output projection", 8),
+    no_transpose=("the heads were merged without moving the head axis "
+                  "back: merge_heads (or transpose(1, 2) before the "
+                  "reshape)", "The wrong way: reshape without the "
+                              "transpose", 8),
+    nan_row=("the query with nothing to attend to gets NaN; mha_lib "
+             "gives it zero weights (your PyTorch's kernel does not): "
+             "zero those rows", "Where PyTorch differs: a query with "
+                                "nothing to attend to"),
+    no_sdpa=("the exercise computes the attention with "
+             "F.scaled_dot_product_attention from m's layers, without "
+             "calling m itself", _FUNCTIONAL),
+    no_gradient=("the gradients of m's weights differ from the module's: "
+                 "no .detach(), .data or torch.no_grad() on the way",
+                 _FUNCTIONAL),
+)
+
+
+def _explain_sdpa(error: BaseException | None, record) -> object:
+    for _, _, kwargs in record.find(F.scaled_dot_product_attention):
+        if kwargs.get("is_causal"):
+            return SDPA["is_causal"]
+    return None
+
+
+def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
+                mask: torch.Tensor | None, how: str) -> torch.Tensor:
+    """The output of a usual wrong answer."""
+    with torch.no_grad():
+        q, k, v = (split_heads(p(x), m.num_heads)
+                   for p in (m.q_proj, m.k_proj, m.v_proj))  # (B, H, L, D)
+        if how == "inverted":
+            mask = ~mask
+        elif how == "float_mask":
+            mask = mask.float()
+        elif how == "mask_ignored":
+            mask = None
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if how == "no_transpose":
+            merged = heads.reshape(x.shape)  # (B, L, d_model), wrong
+        else:
+            merged = heads.transpose(1, 2).reshape(x.shape)  # (B, L, d)
+        return merged if how == "no_out_proj" else m.out_proj(merged)
+
+
+def _seen(called: list, *_: object) -> None:
+    called.append(True)  # the module itself was called
 
 
 def check_sdpa_attention(
@@ -136,32 +312,61 @@ def check_sdpa_attention(
     """Exercise 11.3: ``fn(m, x, mask)`` computes ``m(x, mask=mask)[0]``
     with ``m``'s layers and
     ``torch.nn.functional.scaled_dot_product_attention`` for the
-    attention."""
+    attention, gradients and a query with nothing to attend to
+    included."""
     generator = torch.Generator().manual_seed(1111)
     for d_model, num_heads in ((8, 4), (12, 3)):
-        m = _module(d_model, num_heads, True, seed=d_model)
+        m = _module(d_model, num_heads, True, seed=d_model).train()
         x = torch.randn(3, 6, d_model, generator=generator)
         masks = {
             "no mask": None,
             "causal": causal_mask(6),
             "padding & causal": (padding_mask(torch.tensor([6, 4, 3]), 6)
                                  & causal_mask(6)),
+            "a sentence of length 0": (padding_mask(
+                torch.tensor([6, 0, 3]), 6) & causal_mask(6)),
         }
         for name, mask in masks.items():
-            with torch.no_grad():
-                want, _ = m(x, mask=mask)
-                try:
-                    given = fn(m, x, mask)
-                except Exception as error:
-                    # the reader's code: report, do not crash
-                    return Verdict(
-                        False, f"fn(m, x, {name}) raised "
-                               f"{type(error).__name__}: {error}")
-            verdict = close(
-                f"fn(m, x, {name}) "
-                f"(d_model={d_model}, num_heads={num_heads})",
-                given, want, "")
-            if not verdict:
-                return verdict
+            called: list = []
+            hook = m.register_forward_pre_hook(partial(_seen, called))
+            try:
+                call = attempt(fn, m, x, mask, shown=f"m, x, {name}",
+                               explain=_explain_sdpa)
+            finally:
+                hook.remove()
+            if call.verdict is not None:
+                return call.verdict
+            if called or not call.record.used(
+                    F.scaled_dot_product_attention):
+                return SDPA["no_sdpa"].verdict(call.label)
+            if _explain_sdpa(None, call.record) is not None:
+                return SDPA["is_causal"].verdict(call.label)
+            want, _ = m(x, mask=mask)
+            given = call.value
+            if isinstance(given, torch.Tensor) and mask is not None \
+                    and given.shape == want.shape \
+                    and given.isnan().any() and not want.isnan().any():
+                return SDPA["nan_row"].verdict(call.label)
+            wrong = [(SDPA["no_out_proj"], "no_out_proj"),
+                     (SDPA["no_transpose"], "no_transpose")]
+            if mask is not None:
+                wrong += [(SDPA[how], how) for how in
+                          ("inverted", "float_mask", "mask_ignored")]
+            problem = check_tensor(
+                f"{call.label} (d_model={d_model}, num_heads={num_heads})",
+                given, want.detach(), axes="(B, L, d_model)",
+                mistakes=[(mistake, partial(_wrong_sdpa, m, x, mask, how))
+                          for mistake, how in wrong])
+            if problem is not None:
+                return problem
+            if not given.requires_grad:
+                return SDPA["no_gradient"].verdict(call.label)
+            params = list(m.parameters())
+            got = torch.autograd.grad(given.sum(), params,
+                                      allow_unused=True)
+            grads = torch.autograd.grad(want.sum(), params)
+            if any(g is None or not torch.allclose(g, w, atol=1e-4)
+                   for g, w in zip(got, grads, strict=True)):
+                return SDPA["no_gradient"].verdict(call.label)
     return Verdict(
         True, "the fused kernel takes the library's bool mask as it is")

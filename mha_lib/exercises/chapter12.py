@@ -3,57 +3,127 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
 from mha_lib.block import TransformerBlock
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_calls,
+    check_tensor,
+)
 
 __all__ = ["check_block_params", "check_pre_norm"]
 
+_BLOCK = "The block: pre-norm and post-norm"
+
+PARAMS = catalogue(
+    "check_block_params", 12,
+    four_d_missing=("4 d_model parameters are missing: the two LayerNorms' "
+                    "gamma and beta (d_model each), or the four attention "
+                    "biases", "LayerNorm"),
+    ffn_biases=("the two FFN layers have biases: d_ff and d_model",
+                "The feed-forward network"),
+    biases_and_norms=("count the biases and the LayerNorms' gamma and "
+                      "beta", "LayerNorm"),
+    two_attention_matrices=("attention has four d_model x d_model "
+                            "matrices (Q, K, V and the output)",
+                            "The output projection", 8),
+    one_norm=("there are two LayerNorms, one before each sublayer",
+              _BLOCK),
+)
+
 
 def _count(d_model: int, d_ff: int, num_heads: int = 1) -> int:
-    block = TransformerBlock(d_model, num_heads, d_ff)
+    with torch.random.fork_rng():  # leave the reader's random state alone
+        block = TransformerBlock(d_model, num_heads, d_ff)
     return sum(p.numel() for p in block.parameters())
+
+
+def _wrong_counts(d: int, d_ff: int) -> list:
+    right = _count(d, d_ff)
+    return [(PARAMS["four_d_missing"], right - 4 * d),
+            (PARAMS["ffn_biases"], right - d_ff - d),
+            (PARAMS["biases_and_norms"], right - 8 * d - d_ff - d),
+            (PARAMS["two_attention_matrices"], right - 2 * d * d),
+            (PARAMS["one_norm"], right - 2 * d)]
 
 
 def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
     """Exercise 12.1: ``fn(d_model, d_ff)`` is the number of parameters of
     ``TransformerBlock(d_model, num_heads, d_ff)``."""
-    for d_model, d_ff in ((8, 32), (6, 10), (12, 48), (1, 1)):
-        expected = _count(d_model, d_ff)
-        call = f"fn({d_model}, {d_ff})"
-        try:
-            given = fn(d_model, d_ff)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{call} raised {type(error).__name__}: {error}")
-        if given == expected:
-            continue
-        norms = 4 * d_model
-        attention_biases = 4 * d_model
-        ffn_biases = d_ff + d_model
-        missing = [  # (what a common wrong count leaves out, the hint)
-            (norms, "the two LayerNorms have parameters too (gamma and "
-                    "beta, d_model each)"),
-            (attention_biases, "the four attention projections have "
-                               "biases"),
-            (ffn_biases, "the two FFN layers have biases"),
-            (attention_biases + ffn_biases + norms,
-             "count the biases and the LayerNorms' gamma and beta"),
-            (2 * d_model * d_model, "attention has four d_model x d_model "
-                                    "matrices (Q, K, V and the output)"),
-        ]
-        found = [h for gap, h in missing if given == expected - gap]
-        hint = (" or ".join(found) if found else
-                "count attention (4 matrices, 4 biases), the FFN "
-                "(2 matrices, 2 biases) and two LayerNorms")
-        return Verdict(
-            False, f"{call} should be {expected:,}, got {given!r}: {hint}")
-    return Verdict(
-        True, "4 d^2 + 4 d (attention) + 2 d d_ff + d_ff + d (FFN) + 4 d "
-              "(two LayerNorms); the number of heads does not matter")
+    return check_calls(
+        fn, ((8, 32), (6, 10), (12, 48), (1, 1)), _count,
+        "4 d^2 + 4 d (attention) + 2 d d_ff + d_ff + d (FFN) + 4 d "
+        "(two LayerNorms); the number of heads does not matter",
+        mistakes=_wrong_counts)
+
+
+PRE_NORM = catalogue(
+    "check_pre_norm", 12,
+    post_norm=("this is post-norm (LayerNorm after the residual sum); "
+               "pre-norm normalises the sublayer's input: x + f(norm(x))",
+               _BLOCK),
+    normalised_stream=("this normalises the residual stream itself "
+                       "(x = norm1(x), then x + attn(x)): pre-norm adds "
+                       "f(norm(x)) to the x that was not normalised",
+                       _BLOCK),
+    no_first_residual=("the first residual is missing: add the block's "
+                       "input x back to the attention output",
+                       "Residual connections"),
+    no_second_residual=("the second residual is missing: add the FFN's "
+                        "output to its input, h + ffn(norm2(h))",
+                        "Residual connections"),
+    one_norm=("both sublayers use norm1: the FFN's input goes through "
+              "norm2", _BLOCK),
+    raw_key_value=("attention gets norm1(x) as the query only: the keys "
+                   "and values must be normalised too, attn(norm1(x))",
+                   _BLOCK),
+    no_activation=("the activation between the two FFN layers is "
+                   "missing", "The feed-forward network"),
+    pair=("return the block's output tensor only; block.attn(...) "
+          "returns (output, weights): take [0]", _BLOCK),
+    whole_block=("that calls the block itself; the exercise writes the "
+                 "forward from its parts", _BLOCK),
+)
+
+
+def _seen(called: list, *_: object) -> None:
+    called.append(True)  # the block itself was called
+
+
+def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
+                   how: str) -> torch.Tensor:
+    """The output of a usual wrong pre-norm forward."""
+    def attn(q, kv=None):
+        return block.attn(q, kv, kv, need_weights=False)[0]
+
+    def ffn(h, act=True):
+        hidden = block.linear1(h)
+        return block.linear2(block.activation(hidden) if act else hidden)
+
+    n1, n2 = block.norm1, block.norm2
+    with torch.no_grad():
+        if how == "post_norm":
+            h = n1(x + attn(x))
+            return n2(h + ffn(h))
+        if how == "normalised_stream":
+            h = n1(x)
+            h = h + attn(h)
+            h = n2(h)
+            return h + ffn(h)
+        if how == "no_first_residual":
+            h = attn(n1(x))
+            return h + ffn(n2(h))
+        h = x + attn(n1(x), x if how == "raw_key_value" else None)
+        if how == "no_second_residual":
+            return ffn(n2(h))
+        if how == "one_norm":
+            return h + ffn(n1(h))
+        return h + ffn(n2(h), act=how != "no_activation")
 
 
 def check_pre_norm(
@@ -66,9 +136,10 @@ def check_pre_norm(
     cases = ((2, 5, 8, 4, "gelu"), (1, 3, 6, 2, "relu"),
              (3, 1, 4, 1, "gelu"))
     for batch, length, d_model, heads, activation in cases:
-        torch.manual_seed(120 + length)
-        block = TransformerBlock(d_model, heads, 4 * d_model,
-                                 activation=activation).eval()
+        with torch.random.fork_rng():  # leave the reader's state alone
+            torch.manual_seed(120 + length)
+            block = TransformerBlock(d_model, heads, 4 * d_model,
+                                     activation=activation).eval()
         with torch.no_grad():  # LayerNorm gains away from 1, biases nonzero
             for norm in (block.norm1, block.norm2):
                 norm.weight.uniform_(0.5, 1.5, generator=generator)
@@ -76,36 +147,28 @@ def check_pre_norm(
         x = torch.randn(batch, length, d_model, generator=generator) * 3
         with torch.no_grad():
             expected, _ = block(x)
+            called: list = []
+            hook = block.register_forward_pre_hook(partial(_seen, called))
             try:
-                given = fn(block, x)
-            except Exception as error:
-                # the reader's code: report it, do not crash the notebook
-                return Verdict(
-                    False, f"fn(block, x of shape {tuple(x.shape)}) raised "
-                           f"{type(error).__name__}: {error}")
-            if isinstance(given, tuple):
-                return Verdict(
-                    False, "return the block's output tensor only; "
-                           "block.attn(...) returns (output, weights): "
-                           "take [0]")
-            post = block.norm_first
-            block.norm_first = False
-            post_norm, _ = block(x)
-            block.norm_first = post
-        if isinstance(given, torch.Tensor) and given.shape == x.shape:
-            if torch.allclose(given, post_norm, atol=1e-5):
-                return Verdict(
-                    False, "this is post-norm (LayerNorm after the "
-                           "residual sum); pre-norm normalises the "
-                           "sublayer's input: x + f(norm(x))")
-            if torch.allclose(given, expected - x, atol=1e-5):
-                return Verdict(
-                    False, "the first residual is missing: add the "
-                           "block's input x back")
-        verdict = close(f"fn(block, x of shape {tuple(x.shape)})", given,
-                        expected, "")
-        if not verdict:
-            return verdict
+                call = attempt(fn, block, x)
+            finally:
+                hook.remove()
+        if call.verdict is not None:
+            return call.verdict
+        if called:
+            return PRE_NORM["whole_block"].verdict(call.label)
+        if isinstance(call.value, tuple):
+            return PRE_NORM["pair"].verdict(call.label)
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(B, L, d_model)",
+            mistakes=[(PRE_NORM[how],
+                       partial(_wrong_forward, block, x, how))
+                      for how in (
+                    "post_norm", "normalised_stream", "no_first_residual",
+                    "no_second_residual", "one_norm", "raw_key_value",
+                    "no_activation")])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "x + attn(norm1(x)), then + linear2(act(linear1(norm2(x)))):"
               " the residual stream itself is never normalised")

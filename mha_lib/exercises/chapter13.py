@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from mha_lib.attention import masked_softmax, scaled_dot_product_attention
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    MATMUL,
+    Attempt,
+    Verdict,
+    attempt,
+    catalogue,
+    check_number,
+    check_tensor,
+)
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["check_score_flops", "check_weights_mib", "check_tiled_softmax",
@@ -19,6 +27,22 @@ __all__ = ["check_score_flops", "check_weights_mib", "check_tiled_softmax",
 # transformer layer, a long context with many heads, a single head.
 _CONFIGS = ((3, 6, 8, 4), (1, 1024, 512, 8), (8, 4096, 4096, 32),
             (2, 100, 64, 1))
+
+_WORK = "Counting the work"
+_MEMORY = "Memory: the $L \\times L$ tensors"
+_FLASH = "FlashAttention: never write the $L \\times L$ matrix"
+_ONLINE = "The online softmax, with causal tiles skipped"
+
+FLOPS = catalogue(
+    "check_score_flops", 13,
+    multiply_add_once=("a multiply-add counts as 2 FLOPs, not 1", _WORK),
+    both_products=("count Q K^T only, not weights @ V as well", _WORK),
+    heads_times_d_model=("each of the H heads has head_dim = d_model / H "
+                         "features: H * L^2 * head_dim, not "
+                         "H * L^2 * d_model", _WORK),
+    linear_in_length=("the score matrix is L x L: L^2 dot products, each "
+                      "of head_dim multiply-adds", _WORK),
+)
 
 
 def _score_flops(batch: int, length: int, d_model: int,
@@ -38,30 +62,34 @@ def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
     FLOPs of the score matrix ``Q K^T`` of self-attention (a multiply-add
     counts as 2 FLOPs)."""
     for batch, length, d_model, num_heads in _CONFIGS:
-        args = f"fn({batch}, {length}, {d_model}, {num_heads})"
-        try:
-            given = fn(batch, length, d_model, num_heads)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{args} raised {type(error).__name__}: {error}")
+        call = attempt(fn, batch, length, d_model, num_heads)
+        if call.verdict is not None:
+            return call.verdict
         expected = _score_flops(batch, length, d_model, num_heads)
-        if given == expected:
-            continue
-        hint = ""
-        if given == expected // 2:
-            hint = ": a multiply-add is 2 FLOPs"
-        elif given == 2 * expected:
-            hint = ": count Q K^T only, not weights @ V as well"
-        elif (given in (expected * num_heads, expected // num_heads)
-              and num_heads > 1):
-            hint = (": each of the H heads has head_dim = d_model / H, "
-                    "so H * L * L * head_dim")
-        return Verdict(
-            False, f"{args} should be {expected:,}, got {given!r}{hint}")
+        problem = check_number(call.label, call.value, expected, mistakes=[
+            (FLOPS["multiply_add_once"], expected // 2),
+            (FLOPS["both_products"], 2 * expected),
+            (FLOPS["heads_times_d_model"], expected * num_heads),
+            (FLOPS["linear_in_length"], expected // length),
+        ])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "Q K^T costs 2 * B * L^2 * d_model FLOPs: quadratic in L, "
               "independent of the number of heads")
+
+
+MIB = catalogue(
+    "check_weights_mib", 13,
+    megabytes=("a MiB is 2**20 bytes, not 10**6", _MEMORY),
+    bytes=("that is bytes; divide by 2**20 for MiB", _MEMORY),
+    bits=("that counts bits: an element of float32 is 4 bytes, of "
+          "float16 and bfloat16 2 (torch.finfo(dtype).bits // 8)", _MEMORY),
+    dtype_ignored=("an element of float16 or bfloat16 takes 2 bytes, not "
+                   "4: the size depends on the dtype", _MEMORY),
+    gibibytes=("that is GiB (2**30 bytes); the question is in MiB",
+               _MEMORY),
+)
 
 
 def _weights_mib(batch: int, length: int, num_heads: int,
@@ -91,43 +119,24 @@ def check_weights_mib(
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             cases.append(((batch, length, num_heads, dtype),
                           _weights_mib(batch, length, num_heads, dtype)))
-    for (batch, length, num_heads, dtype), expected in cases:
-        args = f"fn({batch}, {length}, {num_heads}, {dtype})"
-        try:
-            given = fn(batch, length, num_heads, dtype)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{args} raised {type(error).__name__}: {error}")
-        if not isinstance(given, (int, float)) or isinstance(given, bool):
-            return Verdict(
-                False, f"{args} should return a number, "
-                       f"got {type(given).__name__}")
-        if abs(given - expected) <= 1e-9 * expected:
-            continue
-        hint = ""
-        if abs(given - expected * 2**20 / 10**6) <= 1e-6 * expected:
-            hint = ": a MiB is 2**20 bytes, not 10**6"
-        elif abs(given - expected * 2**20) <= 1e-6 * expected * 2**20:
-            hint = ": that is bytes; divide by 2**20 for MiB"
-        elif (dtype != torch.float32
-              and abs(given - 2 * expected) <= 1e-6 * expected):
-            hint = (f": an element of {dtype} takes "
-                    f"{torch.finfo(dtype).bits // 8} bytes")
-        return Verdict(
-            False,
-            f"{args} should be {expected:.6g} MiB, got {given!r}{hint}")
+    for args, expected in cases:
+        call = attempt(fn, *args)
+        if call.verdict is not None:
+            return call.verdict
+        size = torch.finfo(args[-1]).bits // 8
+        problem = check_number(
+            call.label, call.value, expected, rel=1e-9, mistakes=[
+                (MIB["megabytes"], expected * 2**20 / 10**6),
+                (MIB["bytes"], expected * 2**20),
+                (MIB["bits"], expected * 8),
+                (MIB["dtype_ignored"], expected * 4 / size),
+                (MIB["gibibytes"], expected / 2**10),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "B * H * L^2 * bytes per element: 1 x 8 heads x 4096^2 in "
               "float32 is 512 MiB, for one layer's weights alone")
-
-
-def _per_block_softmax(scores: torch.Tensor,
-                       block_size: int) -> torch.Tensor:
-    """The usual mistake: each block normalised on its own."""
-    return torch.cat([torch.softmax(block, dim=-1)
-                      for block in scores.split(block_size, dim=-1)],
-                     dim=-1)
 
 
 # Operations that read a whole row of scores at once when their input is
@@ -142,42 +151,70 @@ _WHOLE_ROW = {
 }
 
 
-class _BlockWatch(TorchFunctionMode):
-    """Records the first whole-row operation on more than ``width``
-    scores."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.width = width
-        self.seen: str | None = None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+def _whole_row(call: Attempt, width: int, head_dim: int | None = None
+               ) -> str | None:
+    """The first operation of the call that read more than ``width``
+    scores at once (for attention, ``head_dim`` tells the features from
+    the keys in a matrix product)."""
+    for func, args, _ in call.record.calls:
         first = args[0] if args else None
-        if (self.seen is None and func in _WHOLE_ROW
-                and isinstance(first, torch.Tensor) and first.dim()
-                and first.size(-1) > self.width):
-            self.seen = (f"{getattr(func, '__name__', func)} on "
-                         f"{first.size(-1)} scores")
-        return func(*args, **kwargs)
+        if not isinstance(first, torch.Tensor) or not first.dim():
+            continue
+        name = getattr(func, "__name__", str(func))
+        if func in _WHOLE_ROW and first.size(-1) > width:
+            return f"{name} on {first.size(-1)} scores"
+        if head_dim is not None and func in MATMUL and len(args) > 1 \
+                and isinstance(args[1], torch.Tensor) and args[1].dim():
+            inner, out = first.size(-1), args[1].size(-1)
+            if inner > width and inner != head_dim:
+                return f"a product over {inner} keys"
+            if out > width and out != head_dim:
+                return f"a product giving {out} scores"
+    return None
 
 
-def _call(fn: Callable, args: tuple, label: str, width: int
-          ) -> tuple[object, Verdict | None]:
-    """``fn(*args)`` under a watch for whole-row operations."""
-    watch = _BlockWatch(width)
-    try:
-        with watch:
-            given = fn(*args)
-    except Exception as error:
-        # the reader's code: report it, do not crash the notebook
-        return None, Verdict(
-            False, f"{label} raised {type(error).__name__}: {error}")
-    if watch.seen is not None:
-        return None, Verdict(
-            False, f"{label} called {watch.seen} at once: read the scores "
-                   f"in blocks of at most block_size={width}")
-    return given, None
+TILED = catalogue(
+    "check_tiled_softmax", 13,
+    whole_row=("the scores are read in blocks of at most block_size: no "
+               "softmax, max, sum or exp over a whole row", _FLASH),
+    per_block=("each block is normalised on its own: divide by the sum "
+               "over all blocks, rescaled when the max changes", _ONLINE),
+    no_rescale=("the running sum is not rescaled when the running max "
+                "grows: multiply it by exp(m_old - m_new) first", _ONLINE),
+    one_pass=("the weights of the early blocks were written with the max "
+              "and sum known at that time: write them in a second pass, "
+              "with the final max and sum", _ONLINE),
+    no_max=("exp overflows: subtract the running max before exp",
+            _ONLINE),
+)
+
+
+def _per_block_softmax(scores: torch.Tensor,
+                       block_size: int) -> torch.Tensor:
+    """The usual mistake: each block normalised on its own."""
+    return torch.cat([torch.softmax(block, dim=-1)
+                      for block in scores.split(block_size, dim=-1)],
+                     dim=-1)
+
+
+def _online_softmax(scores: torch.Tensor, block_size: int,
+                    rescale: bool = True, second_pass: bool = True
+                    ) -> torch.Tensor:
+    """The online softmax, or one of its usual wrong versions."""
+    blocks = scores.split(block_size, dim=-1)
+    m = torch.full_like(scores[..., :1], float("-inf"))
+    total = torch.zeros_like(m)
+    early = []
+    for block in blocks:
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        scale = torch.exp(m - m_new) if rescale else 1.0
+        total = scale * total + torch.exp(block - m_new).sum(
+            dim=-1, keepdim=True)
+        m = m_new
+        early.append(torch.exp(block - m) / total)
+    if not second_pass:
+        return torch.cat(early, dim=-1)
+    return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
 
 
 def check_tiled_softmax(
@@ -199,31 +236,65 @@ def check_tiled_softmax(
     for name, scores, block_sizes in cases:
         expected = masked_softmax(scores)
         for block_size in block_sizes:
-            args = f"fn({name}, block_size={block_size})"
-            given, refused = _call(fn, (scores.clone(), block_size), args,
-                                   block_size)
-            if refused is not None:
-                return refused
-            verdict = close(args, given, expected, "")
-            if verdict:
-                continue
-            if (isinstance(given, torch.Tensor)
-                    and not torch.isfinite(given).all()):
-                return Verdict(
-                    False, f"{args} has inf or NaN: subtract the running "
-                           "max before exp")
-            if (isinstance(given, torch.Tensor)
-                    and given.shape == expected.shape
-                    and torch.allclose(
-                        given, _per_block_softmax(scores, block_size),
-                        atol=1e-6)):
-                return Verdict(
-                    False, f"{args} normalises each block on its own: "
-                           "divide by the sum over all blocks, rescaled "
-                           "when the max changes")
-            return verdict
+            call = attempt(fn, scores.clone(), block_size,
+                           shown=f"{name}, block_size={block_size}")
+            if call.verdict is not None:
+                return call.verdict
+            seen = _whole_row(call, block_size)
+            if seen is not None:
+                return Verdict(False, f"{call.label} called {seen} at "
+                                      f"once: {TILED['whole_row'].message}")
+            given = call.value
+            if isinstance(given, torch.Tensor) \
+                    and given.shape == expected.shape \
+                    and not torch.isfinite(given).all():
+                return TILED["no_max"].verdict(call.label)
+            problem = check_tensor(
+                call.label, given, expected, atol=1e-6, mistakes=[
+                    (TILED["per_block"],
+                     partial(_per_block_softmax, scores, block_size)),
+                    (TILED["no_rescale"], partial(
+                        _online_softmax, scores, block_size,
+                        rescale=False)),
+                    (TILED["one_pass"], partial(
+                        _online_softmax, scores, block_size,
+                        second_pass=False)),
+                ])
+            if problem is not None:
+                return problem
     return Verdict(
         True, "a running max and sum, then the weights, block by block")
+
+
+MASKED_TILES = catalogue(
+    "check_masked_tiles", 13,
+    nan=("NaN (or zeros, where a final where hid the NaN): in a tile "
+         "whose keys are all masked the running max stays -inf, and "
+         "exp(-inf - (-inf)) is NaN; subtract 0 where the max is still "
+         "-inf", _ONLINE),
+    empty_row_uniform=("the query that may attend nothing gets the average "
+                       "of the values; it should get zeros, as the "
+                       "library's masked softmax gives (a finite fill "
+                       "cannot tell it apart)", "A row with nothing to "
+                                                "attend to", 7),
+    inverted=("the mask is inverted: True means \"may attend\"", _ONLINE),
+    unscaled=("the scores are not scaled by 1 / sqrt(d_k)",
+              "Why divide by $\\sqrt{d_k}$", 6),
+    whole_row=("the keys are read in tiles of at most block_size: no "
+               "softmax, max, sum, exp or product over a whole row",
+               _FLASH),
+)
+
+
+def _zero_rows(given: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether a query that sees keys got an output of zeros."""
+    return bool(((given == 0).all(-1) & (expected != 0).any(-1)).any())
+
+
+def _uniform_empty_rows(q, k, v, mask) -> torch.Tensor:
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    empty = ~mask.any(dim=-1, keepdim=True)  # (Lq, 1)
+    return torch.where(empty, v.mean(dim=-2, keepdim=True), out)
 
 
 def check_masked_tiles(
@@ -249,20 +320,36 @@ def check_masked_tiles(
     for name, mask in cases:
         expected, _ = scaled_dot_product_attention(q, k, v, mask)
         for block_size in (2, 3, 4):
-            args = f"fn(q, k, v, {name} mask, block_size={block_size})"
-            given, refused = _call(fn, (q, k, v, mask, block_size), args,
-                                   block_size)
-            if refused is not None:
-                return refused
-            if (isinstance(given, torch.Tensor)
-                    and given.shape == expected.shape
-                    and torch.isnan(given).any()):
-                return Verdict(
-                    False, f"{args} has NaN: in a tile whose keys are all "
-                           "masked the running max stays -inf, and "
-                           "exp(-inf - (-inf)) is NaN; subtract 0 where "
-                           "the max is still -inf")
-            verdict = close(args, given, expected, "")
-            if not verdict:
-                return verdict
+            call = attempt(fn, q, k, v, mask, block_size,
+                           shown=f"q, k, v, {name} mask, "
+                                 f"block_size={block_size}")
+            if call.verdict is not None:
+                return call.verdict
+            seen = _whole_row(call, block_size, head_dim=q.size(-1))
+            if seen is not None:
+                return Verdict(False, f"{call.label} called {seen} at "
+                                      f"once: "
+                                      f"{MASKED_TILES['whole_row'].message}")
+            given = call.value
+            if isinstance(given, torch.Tensor) \
+                    and given.shape == expected.shape \
+                    and torch.isnan(given).any():
+                return MASKED_TILES["nan"].verdict(call.label)
+            problem = check_tensor(
+                call.label, given, expected, axes="(B, H, Lq, Dv)",
+                mistakes=[
+                    (MASKED_TILES["empty_row_uniform"],
+                     lambda m=mask: _uniform_empty_rows(q, k, v, m)),
+                    (MASKED_TILES["inverted"],
+                     lambda m=mask: scaled_dot_product_attention(
+                         q, k, v, ~m)[0]),
+                    (MASKED_TILES["unscaled"],
+                     lambda m=mask: scaled_dot_product_attention(
+                         q, k, v, m, scale=1.0)[0]),
+                    # NaN rows a final where turned into zeros
+                    (MASKED_TILES["nan"],
+                     partial(_zero_rows, given, expected)),
+                ])
+            if problem is not None:
+                return problem
     return Verdict(True, "masked tiles add nothing, and no row turns NaN")

@@ -8,17 +8,38 @@ from collections.abc import Callable
 import torch
 
 from mha_lib.cache import KVCache
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_number,
+    check_tensor,
+    source_names,
+)
 from mha_lib.masks import causal_mask
 
 __all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask"]
+
+_SIZE = "How much memory the cache takes"
+_GQA = "Sharing keys and values: multi-query and grouped-query attention"
+_ALIGN = "Several new tokens at once: the alignment pitfall"
+
+CACHE = catalogue(
+    "check_cache_bytes", 14,
+    keys_only=("that is the keys alone; the cache holds the values too",
+               _SIZE),
+    bits=("that counts bits: bytes_per_number is already in bytes", _SIZE),
+    one_layer=("that is one layer; every layer has its own cache", _SIZE),
+    one_sequence=("that is one sequence; the batch multiplies it", _SIZE),
+)
 
 
 def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
     """Exercise 14.1: ``fn(num_layers, num_kv_heads, head_dim, length,
     batch, bytes_per_number)`` is the memory, in bytes, of a full
     :class:`~mha_lib.KVCache`."""
-    configs = [(1, 4, 2, 6, 3, torch.float32),
+    configs = [(3, 2, 4, 5, 4, torch.float16),
+               (1, 4, 2, 6, 3, torch.float32),
                (2, 2, 4, 5, 1, torch.float16),
                (3, 1, 8, 7, 2, torch.float64)]
     for num_layers, num_kv_heads, head_dim, length, batch, dtype in configs:
@@ -29,23 +50,44 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
             cache.update(keys, keys.clone(), layer)
         args = (num_layers, num_kv_heads, head_dim, length, batch,
                 keys.element_size())
-        try:
-            given = fn(*args)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn{args} raised {type(error).__name__}: {error}")
-        if given == cache.nbytes // 2:
-            return Verdict(
-                False, f"fn{args} = {given}: that is the keys alone; "
-                       f"the cache holds the values too")
-        if given != cache.nbytes:
-            return Verdict(
-                False, f"fn{args} should be {cache.nbytes} "
-                       f"(a filled KVCache's nbytes), got {given!r}")
+        call = attempt(fn, *args)
+        if call.verdict is not None:
+            return call.verdict
+        full = cache.nbytes
+        problem = check_number(call.label, call.value, full, mistakes=[
+            (CACHE["keys_only"], full // 2),
+            (CACHE["bits"], full * 8),
+            (CACHE["one_layer"], full // num_layers),
+            (CACHE["one_sequence"], full // batch),
+        ])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "2 (keys and values) x layers x H_kv x D x L x B x bytes "
               "per number")
+
+
+EXPAND = catalogue(
+    "check_expand_kv", 14,
+    tiled=("that tiles the heads (0, 1, 0, 1, ...); query heads 0 and 1 "
+           "must share key/value head 0 (0, 0, 1, 1, ...)", _GQA),
+    repeat_interleave=("the exercise builds it without repeat_interleave:"
+                       " unsqueeze, expand, reshape", _GQA),
+    copies_after_length=("the copies went next to the wrong axis: insert "
+                         "the group axis right after the head axis, "
+                         "x.unsqueeze(2), then merge the two", _GQA),
+    view_not_contiguous=("view cannot merge axes that do not lie one "
+                         "after the other in memory (expanded copies, or "
+                         "keys split into heads by a transpose): use "
+                         "reshape", "The way back: `merge_heads`", 5),
+    group_size=("the group size is g = num_heads // H_kv, the number of "
+                "query heads per key/value head", _GQA),
+)
+
+
+def _explain_expand(error: BaseException, record) -> object:
+    return EXPAND["view_not_contiguous"] \
+        if "view size is not compatible" in str(error) else None
 
 
 def check_expand_kv(
@@ -53,67 +95,88 @@ def check_expand_kv(
 ) -> Verdict:
     """Exercise 14.2: ``fn(x, num_heads)`` turns ``(B, H_kv, L, D)`` into
     ``(B, H, L, D)`` the way :class:`~mha_lib.GroupedQueryAttention` shares
-    its key/value heads."""
+    its key/value heads, without ``repeat_interleave``, also for keys that
+    a transpose made (not contiguous)."""
     generator = torch.Generator().manual_seed(13)
     for batch, num_heads, num_kv_heads, length, head_dim in (
         (2, 4, 2, 5, 3), (1, 6, 3, 2, 4), (3, 4, 1, 4, 2), (1, 2, 2, 3, 1),
+        (2, 6, 2, 3, 2),
     ):
-        x = torch.randn(batch, num_kv_heads, length, head_dim,
-                        generator=generator)
+        # keys as k_proj makes them: (B, L, H_kv * D) split into heads
+        x = torch.randn(batch, length, num_kv_heads, head_dim,
+                        generator=generator).transpose(1, 2)
+        if batch != 2 or num_heads != 6:
+            x = x.contiguous()
         group = num_heads // num_kv_heads
+        call = attempt(fn, x, num_heads,
+                       shown=f"x {tuple(x.shape)}, num_heads={num_heads}",
+                       explain=_explain_expand)
+        if call.verdict is not None:
+            return call.verdict
         expected = x.repeat_interleave(group, dim=1)  # (B, H, L, D)
-        what = f"fn(x of shape {tuple(x.shape)}, num_heads={num_heads})"
-        try:
-            given = fn(x, num_heads)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"{what} raised {type(error).__name__}: {error}")
-        tiled = x.repeat(1, group, 1, 1)
-        if (isinstance(given, torch.Tensor)
-                and given.shape == expected.shape
-                and not torch.equal(tiled, expected)
-                and torch.equal(given, tiled)):
-            return Verdict(
-                False, f"{what} tiles the heads (0, 1, 0, 1, ...); "
-                       f"query heads 0 and 1 must share key/value head 0 "
-                       f"(0, 0, 1, 1, ...)")
-        verdict = close(what, given, expected, "", atol=0.0, rtol=0.0)
-        if not verdict:
-            return verdict
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(B, H, L, D)",
+            atol=0.0, rtol=0.0, mistakes=[
+                (EXPAND["tiled"], x.repeat(1, group, 1, 1)),
+                (EXPAND["copies_after_length"], x.unsqueeze(3).expand(
+                    batch, num_kv_heads, length, group, head_dim).reshape(
+                        expected.shape)),
+                (EXPAND["group_size"], x),
+            ])
+        if problem is not None:
+            return problem
+        if call.record.used(torch.repeat_interleave,
+                            torch.Tensor.repeat_interleave):
+            return EXPAND["repeat_interleave"].verdict(call.label)
     return Verdict(
         True, "key/value head g serves query heads g*H/H_kv to "
               "(g+1)*H/H_kv - 1, as repeat_interleave gives")
 
 
+CHUNK = catalogue(
+    "check_chunk_mask", 14,
+    top_left=("the mask is aligned top-left (like SDPA's is_causal=True): "
+              "new token i is position past + i and sees the whole cache",
+              _ALIGN),
+    no_cache=("the keys include the cached ones: the mask is (q_len, "
+              "past + q_len)", _ALIGN),
+    no_diagonal=("a token may attend itself: j <= past + i, the diagonal "
+                 "included", _ALIGN),
+    inverted=("the mask is True where a key is hidden; True means \"may "
+              "attend\"", _ALIGN),
+    tril=("the exercise builds it with torch.arange and a comparison, "
+          "without tril (or causal_mask)", _ALIGN),
+)
+
+
 def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
     """Exercise 14.3: ``fn(q_len, past)`` is the bool mask
     ``(q_len, past + q_len)`` for a chunk of ``q_len`` new tokens after
-    ``past`` cached ones (True = may attend)."""
-    for q_len, past in ((1, 0), (1, 5), (3, 4), (4, 0), (2, 7)):
+    ``past`` cached ones (True = may attend), built with ``torch.arange``
+    and a comparison, not ``tril``."""
+    names = source_names(fn)
+    for q_len, past in ((3, 4), (1, 5), (1, 0), (4, 0), (2, 7)):
+        call = attempt(fn, q_len, past)
+        if call.verdict is not None:
+            return call.verdict
+        if call.record.used(torch.tril, torch.Tensor.tril, torch.triu,
+                            torch.Tensor.triu, torch.tril_indices,
+                            torch.triu_indices) \
+                or names & {"causal_mask", "sliding_window_mask", "tril",
+                            "triu"}:
+            return CHUNK["tril"].verdict(call.label)
         expected = causal_mask(q_len, past + q_len)
-        try:
-            given = fn(q_len, past)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn({q_len}, {past}) raised "
-                       f"{type(error).__name__}: {error}")
-        if not isinstance(given, torch.Tensor) or given.dtype != torch.bool:
-            return Verdict(
-                False, f"fn({q_len}, {past}) should be a bool tensor, got "
-                       f"{getattr(given, 'dtype', type(given).__name__)}")
-        top_left = torch.ones(q_len, past + q_len, dtype=torch.bool).tril()
-        if (past and given.shape == expected.shape
-                and torch.equal(given, top_left)):
-            return Verdict(
-                False, f"fn({q_len}, {past}) is aligned top-left (like "
-                       f"SDPA's is_causal=True): the new tokens would not "
-                       f"see the cache")
-        verdict = close(f"fn({q_len}, {past})", given.float(),
-                        expected.float(), "", atol=0.0, rtol=0.0)
-        if not verdict:
-            return verdict
+        ones = torch.ones(q_len, past + q_len, dtype=torch.bool)
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(q_len, past + q_len)",
+            mistakes=[
+                (CHUNK["top_left"], ones.tril()),
+                (CHUNK["no_cache"], causal_mask(q_len)),
+                (CHUNK["no_diagonal"], ones.tril(past - 1)),
+                (CHUNK["inverted"], ~expected),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "new token i is position past + i: it sees keys 0 to "
               "past + i, as causal_mask(q_len, past + q_len) does")

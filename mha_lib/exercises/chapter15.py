@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from mha_lib.exercises.verdict import Verdict, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+)
 from mha_lib.model import TinyTransformer
 
 __all__ = [
@@ -29,6 +35,27 @@ __all__ = [
 N = 6  # digits per sequence
 SEP = 10  # the separator token
 
+_TASK = "Reversal: one layer that looks by position"
+_LOOP = "The model, the loss and the training loop"
+_ABLATIONS = "Two heads, one job: ablations"
+
+COPY = catalogue(
+    "check_copy_batch", 15,
+    reversed=("this is the reversal task of the chapter; copy the digits "
+              "in the same order", _TASK),
+    no_separator=(f"position {N} should be the separator {SEP} in every "
+                  f"row", _TASK),
+    separator_as_digit=(f"the digits are 0-9; the separator {SEP} is not "
+                        f"one of them: torch.randint(10, ...)", _TASK),
+    fresh_answer=(f"the last {N} tokens should repeat the first {N}: draw "
+                  f"the digits once and use them twice", _TASK),
+    not_random=("the digits should be random (drawn from the generator), "
+                "every digit from 0 to 9", _TASK),
+    generator_ignored=("the same generator seed should give the same "
+                       "batch: draw the digits with torch.randint(..., "
+                       "generator=generator)", _TASK),
+)
+
 
 def check_copy_batch(
     fn: Callable[[int, torch.Generator], torch.Tensor],
@@ -36,56 +63,78 @@ def check_copy_batch(
     """Exercise 15.1: ``fn(batch_size, generator)`` returns
     ``(batch_size, 13)`` int64 sequences ``digits, SEP, digits`` (the copy
     task) with random digits from ``generator``."""
-    try:
-        seq = fn(200, torch.Generator().manual_seed(14))
-    except Exception as error:
-        # the reader's code: report it, do not crash the notebook
-        return Verdict(
-            False,
-            f"fn(200, generator) raised {type(error).__name__}: {error}")
+    with torch.random.fork_rng():  # the global state must not matter
+        call = attempt(fn, 200, torch.Generator().manual_seed(14),
+                       shown="200, generator")
+    if call.verdict is not None:
+        return call.verdict
+    seq = call.value
     if not isinstance(seq, torch.Tensor) or seq.dtype != torch.long:
         return Verdict(
-            False, f"fn(200, generator) should be an int64 tensor, got "
+            False, f"{call.label} should be an int64 tensor, got "
                    f"{getattr(seq, 'dtype', type(seq).__name__)}")
     if tuple(seq.shape) != (200, 2 * N + 1):
         return Verdict(
-            False, f"fn(200, generator) should have shape "
+            False, f"{call.label}: expected shape (batch_size, 2N + 1) = "
                    f"(200, {2 * N + 1}), got {tuple(seq.shape)}")
     digits, sep, answer = seq[:, :N], seq[:, N], seq[:, N + 1:]
     if not bool((sep == SEP).all()):
-        return Verdict(
-            False,
-            f"position {N} should be the separator {SEP} in every row")
+        return COPY["no_separator"].verdict(call.label)
+    if bool((digits == SEP).any()):
+        return COPY["separator_as_digit"].verdict(call.label)
     if not bool(((digits >= 0) & (digits <= 9)).all()):
-        return Verdict(False, "the first 6 tokens should be digits 0-9")
+        return Verdict(False, f"{call.label}: the first {N} tokens should "
+                              f"be digits 0-9")
     if (torch.equal(answer, digits.flip(1))
             and not torch.equal(answer, digits)):
-        return Verdict(
-            False, "this is the reversal task of the chapter; copy the "
-                   "digits in the same order")
+        return COPY["reversed"].verdict(call.label)
     if not torch.equal(answer, digits):
-        return Verdict(
-            False, "the last 6 tokens should repeat the first 6 in order")
+        return COPY["fresh_answer"].verdict(call.label)
     if (len({tuple(row) for row in digits.tolist()}) < 190
             or digits.unique().numel() != 10):
-        return Verdict(
-            False, "the digits should be random (use the generator), "
-                   "every digit from 0 to 9")
-    again = fn(200, torch.Generator().manual_seed(14))
-    if not torch.equal(again, seq):
-        return Verdict(
-            False, "the same generator seed should give the same batch: "
-                   "draw the digits with "
-                   "torch.randint(..., generator=generator)")
+        return COPY["not_random"].verdict(call.label)
+    with torch.random.fork_rng():
+        torch.manual_seed(1)  # another global state, the same generator
+        again = attempt(fn, 200, torch.Generator().manual_seed(14),
+                        shown="200, generator")
+    if again.verdict is not None:
+        return again.verdict
+    if not isinstance(again.value, torch.Tensor) \
+            or not torch.equal(again.value, seq):
+        return COPY["generator_ignored"].verdict(call.label)
     return Verdict(
         True, "digits, separator, the same digits: query N + j must read "
               f"key j, a diagonal {N} positions below the main one")
 
 
-def _answer_loss(logits: torch.Tensor, seq: torch.Tensor) -> torch.Tensor:
+LOSS = catalogue(
+    "check_answer_loss", 15,
+    all_positions=("this averages over every position; the digits before "
+                   "the separator are random and cannot be predicted: "
+                   "score only the answer", _LOOP),
+    off_by_one=(f"off by one: the logits at position t predict token "
+                f"t + 1, so logits[:, {N}:] go with seq[:, {N + 1}:]",
+                _LOOP),
+    with_separator=("the separator is not part of the answer: score the "
+                    f"{N} answer tokens, seq[:, {N + 1}:]", _LOOP),
+    summed=("that is the sum; the loss is the mean over the answer "
+            "tokens (cross_entropy's default)", _LOOP),
+    not_a_tensor=("return the loss as a tensor: .item() (or float) cuts "
+                  "it off from the graph, and training needs its "
+                  "gradient", _LOOP),
+)
+
+
+def _answer_loss(logits: torch.Tensor, seq: torch.Tensor,
+                 first: int = N, target: int = N + 1,
+                 reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy of ``logits[:, first:]`` against ``seq[:, target:]``
+    (the right answer with the defaults), cut to the same length."""
+    count = min(logits.size(1) - first, seq.size(1) - target)
     vocab = logits.size(-1)
-    return F.cross_entropy(logits[:, N:].reshape(-1, vocab),
-                           seq[:, N + 1:].reshape(-1))
+    return F.cross_entropy(
+        logits[:, first:first + count].reshape(-1, vocab),
+        seq[:, target:target + count].reshape(-1), reduction=reduction)
 
 
 def check_answer_loss(
@@ -93,42 +142,93 @@ def check_answer_loss(
 ) -> Verdict:
     """Exercise 15.2: ``fn(logits, seq)`` is the mean cross-entropy of the
     answer tokens: ``logits`` ``(B, 2N, V)`` come from
-    ``model(seq[:, :-1])``, ``seq`` is ``(B, 2N+1)``."""
+    ``model(seq[:, :-1])``, ``seq`` is ``(B, 2N+1)``; its gradient trains
+    the model."""
     generator = torch.Generator().manual_seed(141)
     seq = torch.cat([torch.randint(10, (5, N), generator=generator),
                      torch.full((5, 1), SEP),
                      torch.randint(10, (5, N), generator=generator)],
                     dim=1)
-    logits = torch.randn(5, 2 * N, 11, generator=generator)
+    logits = torch.randn(5, 2 * N, 11, generator=generator,
+                         requires_grad=True)
     expected = _answer_loss(logits, seq)
-    try:
-        given = fn(logits, seq)
-    except Exception as error:
-        # the reader's code: report it, do not crash the notebook
-        return Verdict(
-            False,
-            f"fn(logits, seq) raised {type(error).__name__}: {error}")
-    if isinstance(given, torch.Tensor) and given.shape == ():
-        everything = F.cross_entropy(logits.reshape(-1, 11),
-                                     seq[:, 1:].reshape(-1))
-        if torch.allclose(given, everything):
-            return Verdict(
-                False, "this averages over every position; the digits "
-                       "before the separator are random and cannot be "
-                       "predicted: score only the answer")
-        shifted = F.cross_entropy(logits[:, N + 1:].reshape(-1, 11),
-                                  seq[:, N + 2:].reshape(-1))
-        unshifted = F.cross_entropy(logits[:, N:].reshape(-1, 11),
-                                    seq[:, N:-1].reshape(-1))
-        if (torch.allclose(given, shifted)
-                or torch.allclose(given, unshifted)):
-            return Verdict(
-                False, "off by one: the logits at position t predict "
-                       f"token t + 1, so logits[:, {N}:] go with "
-                       f"seq[:, {N + 1}:]")
-    return close("fn(logits, seq)", given, expected,
-                 f"logits[:, {N}:] (the separator and the answer so far) "
-                 f"predict seq[:, {N + 1}:], the answer")
+    call = attempt(fn, logits, seq)
+    if call.verdict is not None:
+        return call.verdict
+    given = call.value
+    if not isinstance(given, torch.Tensor):
+        return LOSS["not_a_tensor"].verdict(call.label)
+    vocab = logits.size(-1)
+    problem = check_tensor(call.label, given, expected, axes="()",
+                           mistakes=[
+        (LOSS["all_positions"], lambda: F.cross_entropy(
+            logits.reshape(-1, vocab), seq[:, 1:].reshape(-1))),
+        (LOSS["off_by_one"], lambda: _answer_loss(logits, seq, N + 1,
+                                                  N + 2)),
+        (LOSS["off_by_one"], lambda: _answer_loss(logits, seq, N, N)),
+        (LOSS["with_separator"], lambda: _answer_loss(logits, seq, N - 1,
+                                                      N)),
+        (LOSS["summed"], lambda: _answer_loss(logits, seq,
+                                              reduction="sum")),
+    ])
+    if problem is not None:
+        return problem
+    if not given.requires_grad:
+        return LOSS["not_a_tensor"].verdict(call.label)
+    (got,) = torch.autograd.grad(given, logits)
+    (want,) = torch.autograd.grad(expected, logits)
+    if not torch.allclose(got, want, atol=1e-6):
+        return Verdict(False, f"the gradient of {call.label} differs from "
+                              f"the loss's")
+    return Verdict(True,
+                   f"logits[:, {N}:] (the separator and the answer so far) "
+                   f"predict seq[:, {N + 1}:], the answer")
+
+
+REMOVE = catalogue(
+    "check_remove_head", 15,
+    rows=("these are rows of out_proj.weight (output features); nn.Linear "
+          "stores W transposed, so head h's inputs are its columns",
+          _ABLATIONS),
+    not_in_place=("the model passed in did not change: change it in "
+                  "place (a copy, or a new model returned, leaves it as "
+                  "it was)", _ABLATIONS),
+    first_block=("only one block lost the head: silence it in every block "
+                 "of model.blocks", _ABLATIONS),
+    query_rows=("zeroing the head's query projection makes it attend "
+                "evenly, but it still writes its values: zero its columns "
+                "of out_proj.weight", _ABLATIONS),
+    no_grad=("the weights require gradients, so an in-place change needs "
+             "torch.no_grad() around it", _ABLATIONS),
+)
+
+
+def _explain_remove(error: BaseException, record) -> object:
+    return REMOVE["no_grad"] if "requires grad" in str(error) else None
+
+
+def _silenced(model: TinyTransformer, head: int, where: str,
+              blocks: slice = slice(None)) -> TinyTransformer:
+    """A copy of ``model`` with ``head`` zeroed in one of several ways."""
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for block in list(model.blocks)[blocks]:
+            d = block.attn.head_dim
+            part = slice(head * d, (head + 1) * d)
+            if where == "columns":
+                block.attn.out_proj.weight[:, part] = 0.0
+            elif where == "rows":
+                block.attn.out_proj.weight[part] = 0.0
+            else:
+                block.attn.q_proj.weight[part] = 0.0
+                block.attn.q_proj.bias[part] = 0.0
+    return model
+
+
+def _logits(model: TinyTransformer, idx: torch.Tensor, head: int,
+            where: str, blocks: slice = slice(None)) -> torch.Tensor:
+    with torch.no_grad():
+        return _silenced(model, head, where, blocks)(idx)
 
 
 def check_remove_head(
@@ -136,41 +236,38 @@ def check_remove_head(
 ) -> Verdict:
     """Exercise 15.3: ``fn(model, head)`` silences ``head`` in every block
     of ``model``, in place, by zeroing the columns of ``out_proj.weight``
-    that multiply that head."""
-    torch.manual_seed(143)
-    model = TinyTransformer(11, 16, 4, num_layers=2, max_len=13).eval()
+    that multiply that head (called as a reader calls it, with gradients
+    on)."""
+    with torch.random.fork_rng():  # leave the reader's random state alone
+        torch.manual_seed(143)
+        model = TinyTransformer(11, 16, 4, num_layers=2, max_len=13).eval()
     idx = torch.randint(11, (3, 13),
                         generator=torch.Generator().manual_seed(143))
+    with torch.no_grad():
+        before = model(idx)
     for head in (0, 2):
-        expected_model = copy.deepcopy(model)
-        rows_model = copy.deepcopy(model)
-        with torch.no_grad():
-            for e, r in zip(expected_model.blocks, rows_model.blocks,
-                            strict=True):
-                d = e.attn.head_dim
-                e.attn.out_proj.weight[:, head * d:(head + 1) * d] = 0.0
-                r.attn.out_proj.weight[head * d:(head + 1) * d] = 0.0
-            expected = expected_model(idx)
-            wrong_rows = rows_model(idx)
         given_model = copy.deepcopy(model)
-        try:
-            with torch.no_grad():
-                fn(given_model, head)
-                given = given_model(idx)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False,
-                f"fn(model, {head}) raised {type(error).__name__}: {error}")
-        if torch.allclose(given, wrong_rows):
-            return Verdict(
-                False, "these are rows of out_proj.weight (output "
-                       "features); nn.Linear stores W transposed, so "
-                       "head h's inputs are its columns")
-        verdict = close(f"the logits after fn(model, {head})", given,
-                        expected, "")
-        if not verdict:
-            return verdict
+        call = attempt(fn, given_model, head, shown=f"model, {head}",
+                       explain=_explain_remove)
+        if call.verdict is not None:
+            return call.verdict
+        with torch.no_grad():
+            given = given_model(idx)
+            expected = _silenced(model, head, "columns")(idx)
+        if torch.allclose(given, before):
+            return REMOVE["not_in_place"].verdict(call.label)
+        logits = partial(_logits, model, idx, head)
+        problem = check_tensor(
+            f"the logits after {call.label}", given, expected, mistakes=[
+                (REMOVE["rows"], partial(logits, "rows")),
+                (REMOVE["first_block"],
+                 partial(logits, "columns", slice(0, 1))),
+                (REMOVE["first_block"],
+                 partial(logits, "columns", slice(1, 2))),
+                (REMOVE["query_rows"], partial(logits, "query")),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(
         True, "out_proj.weight[:, h*D:(h+1)*D] = 0 removes head h's term "
               "from the sum over heads (chapter 8)")
@@ -201,6 +298,24 @@ def _planted_weights(generator: torch.Generator, roles: dict,
     return scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
 
 
+_INDUCTION = "The two heads in the trained model"
+
+INDUCTION = catalogue(
+    "check_find_induction_head", 15,
+    previous_token=("that is a previous-token head: it looks one step "
+                    "back everywhere; the induction head looks k - 1 steps "
+                    "back, in the second copy only", _INDUCTION),
+    twin=("that head looks at the earlier twin itself (key t - k); the "
+          "induction head looks at the token after it, key t - k + 1",
+          _INDUCTION),
+    swapped=("the pair is (layer, head), in that order: divmod(index, H) "
+             "of the flattened (N, H) scores", _INDUCTION),
+    random_head=("that head's weights are random: score each head by its "
+                 "weight on key t - k + 1 over the queries of the second "
+                 "copy", _INDUCTION),
+)
+
+
 def check_find_induction_head(
     fn: Callable[[torch.Tensor, torch.Tensor], tuple[int, int]],
 ) -> Verdict:
@@ -218,32 +333,24 @@ def check_find_induction_head(
         roles = {induction: 1, previous: None, twin: 0}
         weights = _planted_weights(generator, roles, num_layers, num_heads,
                                    k, length)
+        call = attempt(fn, weights, k, shown=f"weights "
+                                             f"{tuple(weights.shape)}, k")
+        if call.verdict is not None:
+            return call.verdict
         try:
-            given = fn(weights, k)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(
-                False, f"fn(weights, k) raised {type(error).__name__}: "
-                       f"{error}")
-        try:
-            given = tuple(int(i) for i in given)
+            given = tuple(int(i) for i in call.value)
         except (TypeError, ValueError):
-            return Verdict(False, f"fn(weights, k) should return a pair "
-                                  f"(layer, head), got {given!r}")
-        if given == previous:
-            return Verdict(
-                False, f"{given} is a previous-token head: it looks one "
-                       f"step back everywhere; the induction head looks "
-                       f"k - 1 steps back, in the second copy only")
-        if given == twin:
-            return Verdict(
-                False, f"{given} looks at the earlier twin itself "
-                       f"(key t - k); the induction head looks at the "
-                       f"token after it, key t - k + 1")
+            given = None
+        if given is None or len(given) != 2:
+            return Verdict(False, f"{call.label} should return a pair "
+                                  f"(layer, head), got {call.value!r}")
+        for mistake, head in (("previous_token", previous), ("twin", twin),
+                              ("swapped", induction[::-1])):
+            if given == head and given != induction:
+                return INDUCTION[mistake].verdict(f"{call.label} = {given}")
         if given != induction:
-            return Verdict(
-                False, f"fn(weights, k) should be {induction} for weights "
-                       f"of shape {tuple(weights.shape)}, got {given}")
+            return INDUCTION["random_head"].verdict(
+                f"{call.label} = {given}")
     return Verdict(
         True, "score each head by its mean weight on key t - k + 1 over "
               "the queries of the second copy; the best is the induction "

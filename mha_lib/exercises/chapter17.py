@@ -3,84 +3,153 @@ FlexAttention)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
 from mha_lib.alibi import alibi_slopes
-from mha_lib.exercises.verdict import Verdict, check_calls, close
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_calls,
+    check_tensor,
+)
 from mha_lib.masks import sliding_window_mask
 
 __all__ = ["check_window_mask_mod", "check_alibi_slopes",
            "check_receptive_field"]
+
+_WINDOW = "Sliding-window attention"
+_FLEX = "FlexAttention: masks and biases as functions"
+_ALIBI = "ALiBi: a bias instead of positions"
+
+WINDOW = catalogue(
+    "check_window_mask_mod", 17,
+    one_too_many=("each query sees one key too many: the window counts "
+                  "the query itself, q_idx - kv_idx < window", _WINDOW),
+    one_too_few=("each query sees one key too few: the window counts the "
+                 "query itself, so q_idx - kv_idx < window (not "
+                 "window - 1)", _WINDOW),
+    future=("the queries see the future: add the causal part "
+            "q_idx >= kv_idx", _WINDOW),
+    inverted=("the mask is True where a key is hidden; a mask_mod returns "
+              "True where the query may attend", _FLEX),
+    python_and=("the indices are tensors: combine the two conditions with "
+                "&, not Python's and", _FLEX),
+)
+
+
+def _explain_window(error: BaseException, record) -> object:
+    return WINDOW["python_and"] if "ambiguous" in str(error) else None
 
 
 def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
     """Exercise 17.1: ``fn(window)`` returns a FlexAttention ``mask_mod(b,
     h, q_idx, kv_idx)`` (True = may attend) equal to
     :func:`~mha_lib.sliding_window_mask` for a square mask."""
-    for length, window in ((6, 3), (9, 1), (5, 5), (8, 20)):
+    for length, window in ((6, 3), (9, 1), (5, 5), (8, 20), (7, 2)):
         i = torch.arange(length)[:, None]  # (L, 1) query positions
         j = torch.arange(length)[None, :]  # (1, L) key positions
         zero = torch.zeros((), dtype=torch.long)
-        try:
-            given = fn(window)(zero, zero, i, j)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(False, f"fn({window})(b, h, q_idx, kv_idx) "
-                                  f"raised {type(error).__name__}: {error}")
-        if not isinstance(given, torch.Tensor) or given.dtype != torch.bool:
-            return Verdict(False, f"fn({window}) should return bool "
-                                  f"tensors (True = may attend), got "
-                                  f"{getattr(given, 'dtype', type(given))}")
+        made = attempt(fn, window)
+        if made.verdict is not None:
+            return made.verdict
+        if not callable(made.value):
+            return Verdict(False, f"{made.label} should return a function "
+                                  f"mask_mod(b, h, q_idx, kv_idx), got "
+                                  f"{type(made.value).__name__}")
+        call = attempt(made.value, zero, zero, i, j,
+                       shown="b, h, q_idx, kv_idx", explain=_explain_window)
+        if call.verdict is not None:
+            return Verdict(False, f"the mask_mod of {made.label}: "
+                                  f"{call.verdict.message}")
         expected = sliding_window_mask(length, window)
-        if given.shape == expected.shape and window < length \
-                and torch.equal(given, sliding_window_mask(length,
-                                                           window + 1)):
-            return Verdict(False, f"fn({window}) lets each query see "
-                                  f"{window + 1} keys; the window counts "
-                                  f"the query itself")
-        if given.shape == expected.shape and torch.equal(
-                given, torch.ones_like(expected).triu(-(window - 1))):
-            return Verdict(False, f"fn({window}) lets queries see the "
-                                  f"future: add the causal part "
-                                  f"q_idx >= kv_idx")
-        verdict = close(f"fn({window}) on {length} positions",
-                        given.float(), expected.float(), "", 0.0, 0.0)
-        if not verdict:
-            return verdict
+        past = torch.ones_like(expected)
+        problem = check_tensor(
+            f"the mask_mod of {made.label} on {length} positions",
+            call.value, expected, axes="(Lq, Lk)", mistakes=[
+                (WINDOW["inverted"], ~expected),
+                (WINDOW["one_too_many"],
+                 sliding_window_mask(length, window + 1)),
+                (WINDOW["one_too_few"],
+                 partial(sliding_window_mask, length, window - 1)),
+                (WINDOW["future"], past.triu(-(window - 1))),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(True, "(q_idx >= kv_idx) & (q_idx - kv_idx < window), "
                          "the library's sliding_window_mask")
+
+
+SLOPES = catalogue(
+    "check_alibi_slopes", 17,
+    naive=("that is 2^(-8/H) for H not a power of two; the paper takes "
+           "the nearest smaller power of two, then every other slope of "
+           "twice as many heads", _ALIBI),
+    ascending=("the slopes should fall from head to head: head 0 gets the "
+               "largest, 2^(-8/H)", _ALIBI),
+    odd_extra=("the extra heads take slopes 0, 2, 4, ... of twice as many "
+               "heads ([0::2]), not 1, 3, 5, ...", _ALIBI),
+    negative=("the slopes are positive; the bias is -slope * distance",
+              _ALIBI),
+)
+
+
+def _power_of_two(n: int) -> list[float]:
+    return [2.0 ** (-8 * (h + 1) / n) for h in range(n)]
+
+
+def _odd_extra(num_heads: int) -> list[float]:
+    p = 2 ** math.floor(math.log2(num_heads))
+    return _power_of_two(p) + _power_of_two(2 * p)[1::2][:num_heads - p]
 
 
 def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
     """Exercise 17.2: ``fn(num_heads)`` is the list of ALiBi's head
     slopes, also for a number of heads that is not a power of two."""
-    for num_heads in (8, 16, 1, 4, 6, 12, 20):
+    for num_heads in (8, 6, 16, 1, 4, 12, 20):
+        call = attempt(fn, num_heads)
+        if call.verdict is not None:
+            return call.verdict
+        try:
+            given = torch.as_tensor(call.value, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            return Verdict(False, f"{call.label} should be a list of "
+                                  f"numbers, got {call.value!r:.60}")
         expected = torch.tensor(alibi_slopes(num_heads),
                                 dtype=torch.float64)
-        try:
-            given = torch.as_tensor(fn(num_heads), dtype=torch.float64)
-        except Exception as error:
-            # the reader's code: report it, do not crash the notebook
-            return Verdict(False, f"fn({num_heads}) raised "
-                                  f"{type(error).__name__}: {error}")
-        if given.shape == expected.shape and num_heads & (num_heads - 1) \
-                and torch.allclose(given, torch.tensor(
-                    [2.0 ** (-8 * (h + 1) / num_heads)
-                     for h in range(num_heads)], dtype=torch.float64)):
-            return Verdict(False, f"fn({num_heads}) uses 2^(-8/H) for "
-                                  f"H={num_heads}, not a power of two; the "
-                                  f"paper takes the nearest smaller power "
-                                  f"of two, then every other slope of "
-                                  f"twice as many heads")
-        verdict = close(f"fn({num_heads})", given, expected, "",
-                        atol=1e-12, rtol=1e-9)
-        if not verdict:
-            return verdict
+        problem = check_tensor(
+            call.label, given, expected, axes="(H,)", atol=1e-12,
+            rtol=1e-9, mistakes=[
+                (SLOPES["naive"],
+                 torch.tensor(_power_of_two(num_heads),
+                              dtype=torch.float64)),
+                (SLOPES["ascending"], expected.flip(0)),
+                (SLOPES["ascending"], expected.sort().values),
+                (SLOPES["odd_extra"],
+                 torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
+                (SLOPES["negative"], -expected),
+            ])
+        if problem is not None:
+            return problem
     return Verdict(True, "2^(-8/H), 2^(-16/H), ...; for other H, the "
                          "slopes of the nearest smaller power of two and "
                          "every other slope of twice that")
+
+
+REACH = catalogue(
+    "check_receptive_field", 17,
+    window_per_layer=("each layer reaches window - 1 positions further "
+                      "back, not window: the window counts the query "
+                      "itself", _WINDOW),
+    one_layer=("the layers chain: each one reaches window - 1 further back "
+               "than the one below", _WINDOW),
+    counts_itself=("count the positions before the last token, not the "
+                   "token itself", _WINDOW),
+)
 
 
 def check_receptive_field(fn: Callable[[int, int], int]) -> Verdict:
@@ -96,7 +165,13 @@ def check_receptive_field(fn: Callable[[int, int], int]) -> Verdict:
         first = int(reach[-1].nonzero().min())
         return (length - 1) - first
 
-    cases = [(3, 1), (3, 2), (4, 3), (1, 5), (10, 4)]
+    def wrong(window: int, num_layers: int) -> list:
+        right = expected(window, num_layers)
+        return [(REACH["window_per_layer"], num_layers * window),
+                (REACH["one_layer"], window - 1),
+                (REACH["counts_itself"], right + 1)]
+
+    cases = [(4, 3), (3, 1), (3, 2), (1, 5), (10, 4)]
     return check_calls(fn, cases, expected,
                        "each layer reaches window - 1 positions further "
-                       "back: num_layers * (window - 1)")
+                       "back: num_layers * (window - 1)", mistakes=wrong)

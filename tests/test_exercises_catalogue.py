@@ -1,0 +1,1325 @@
+"""Every catalogued mistake is planted and refused with its own hint, every
+exercise accepts right answers written in at least two styles, and every
+section a hint points at is a heading of that chapter's notebook.
+
+``WRONG[checker][mistake]`` is a function that returns the arguments of
+the checker with that mistake planted (as a learner would write it;
+``mistake/variant`` plants it another way);
+``RIGHT[checker]`` lists such functions for right answers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+import mha_lib
+import mha_lib.exercises as exercises
+from mha_lib import (
+    MultiHeadAttention,
+    apply_rotary,
+    build_vocab,
+    causal_mask,
+    encode,
+    merge_heads,
+    padding_mask,
+    scaled_dot_product_attention,
+    sinusoidal_encoding,
+    split_heads,
+    tokenize,
+)
+from mha_lib.attention import masked_softmax
+from mha_lib.exercises import SENTENCES
+from mha_lib.exercises.chapter15 import SEP, N
+from mha_lib.exercises.verdict import CATALOGUE, plain
+
+BOOK = Path(__file__).resolve().parent.parent / "book"
+INF = float("-inf")
+
+# --- chapter 1 ------------------------------------------------------------
+
+STOI = build_vocab(SENTENCES, specials=("<pad>",))
+TWO = ["What will come next?", "A basic split!"]
+
+
+def _vocab_unsorted():
+    words = []
+    for s in SENTENCES:
+        words += [t for t in tokenize(s) if t not in words]
+    return {w: i for i, w in enumerate(["<pad>", *words])}
+
+
+def _padded(vocab=STOI, pad=0, left=False):
+    rows = [[vocab[t] for t in tokenize(s)] for s in TWO]
+    width = max(map(len, rows))
+    padding = [[pad] * (width - len(r)) for r in rows]
+    ids = [p + r if left else r + p for r, p in zip(rows, padding, strict=True)]
+    return torch.tensor(ids), torch.tensor([len(r) for r in rows])
+
+
+# --- chapter 3 ------------------------------------------------------------
+
+def sinusoidal_power(length, d_model):  # the book's answer
+    i = torch.arange(d_model // 2)
+    pos = torch.arange(length).unsqueeze(1)  # (L, 1)
+    angles = pos / 10000.0 ** (2 * i / d_model)  # (L, d_model/2)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)
+    return pe
+
+
+def sinusoidal_loops(length, d_model):  # plain Python, the formula as read
+    return torch.tensor([[math.sin(p / 10000 ** (j / d_model)) if j % 2 == 0
+                          else math.cos(p / 10000 ** ((j - 1) / d_model))
+                          for j in range(d_model)] for p in range(length)])
+
+
+def pe_wrong(length, d_model, two=2, divide=True, start=0, layout="pairs"):
+    i = torch.arange(0, d_model, 2) if two == 4 else torch.arange(d_model // 2)
+    pos = torch.arange(start, start + length).unsqueeze(1)
+    power = 10000.0 ** (min(two, 2) * i / d_model)
+    angles = pos / power if divide else pos * power
+    if layout == "concatenated":
+        return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    pe = torch.zeros(length, d_model)
+    first, second = (torch.cos, torch.sin) if layout == "swapped" else (torch.sin, torch.cos)
+    pe[:, 0::2], pe[:, 1::2] = first(angles), second(angles)
+    return pe
+
+
+def shift(k=3, d=8, two=2):
+    omega = 10000.0 ** (-torch.arange(0, d, 2) * two / 2 / d)
+    blocks = [torch.tensor([[torch.cos(w * k), torch.sin(w * k)],
+                            [-torch.sin(w * k), torch.cos(w * k)]]) for w in omega]
+    return torch.block_diag(*blocks)
+
+
+def shift_stacked(k=3, d=8):
+    angle = k * torch.exp(-math.log(10000.0) * torch.arange(0, d, 2) / d)
+    m = torch.zeros(d, d)
+    idx = torch.arange(0, d, 2)
+    m[idx, idx], m[idx + 1, idx + 1] = angle.cos(), angle.cos()
+    m[idx, idx + 1], m[idx + 1, idx] = angle.sin(), -angle.sin()
+    return m
+
+
+def _mixed_shift():
+    m = shift()
+    m[0, 5] = 0.3
+    return m
+
+
+# --- chapter 4 ------------------------------------------------------------
+
+def qkv_at_once(x, mha):  # the book's answer
+    layers = (mha.q_proj, mha.k_proj, mha.v_proj)
+    weight = torch.cat([layer.weight for layer in layers])
+    bias = torch.cat([layer.bias for layer in layers])
+    return (x @ weight.T + bias).chunk(3, dim=-1)
+
+
+def qkv_linear(x, mha):
+    layers = (mha.q_proj, mha.k_proj, mha.v_proj)
+    out = F.linear(x, torch.cat([p.weight for p in layers]),
+                   torch.cat([p.bias for p in layers]))
+    return out.split(mha.d_model, dim=-1)
+
+
+def _stack(mha, dim=0):
+    layers = (mha.q_proj, mha.k_proj, mha.v_proj)
+    return (torch.cat([p.weight for p in layers], dim=dim),
+            torch.cat([p.bias for p in layers]))
+
+
+# --- chapter 6 ------------------------------------------------------------
+
+def attention(q, k, v, scale=None, dim=-1, transpose=True):
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    keys = k.mT if transpose else k
+    weights = torch.softmax(q @ keys * scale, dim=dim)
+    return weights @ v, weights
+
+
+def attention_einsum(q, k, v):
+    s = torch.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
+    w = s.softmax(dim=-1)
+    return torch.einsum("...qk,...kv->...qv", w, v), w
+
+
+def with_tau(scale_of):
+    def fn(q, k, v, tau):
+        return attention(q, k, v, scale=scale_of(tau, q.size(-1)))
+    return fn
+
+
+def jacobian(scores):
+    p = torch.softmax(scores, dim=-1)
+    return torch.diag(p) - torch.outer(p, p)
+
+
+def jacobian_broadcast(scores):
+    p = scores.softmax(-1)
+    return p[:, None] * (torch.eye(len(p), dtype=p.dtype) - p[None, :])
+
+
+# --- chapter 7 ------------------------------------------------------------
+
+def mask_from_lengths(lengths, max_len):
+    visible = torch.arange(max_len)[None, :] < lengths[:, None]  # (B, Lk)
+    return visible[:, None, None, :]
+
+
+def safe_softmax(scores, mask):
+    x = scores.float().masked_fill(~mask, INF)
+    empty = ~mask.any(dim=-1, keepdim=True)
+    weights = torch.softmax(x.masked_fill(empty, 0.0), dim=-1)
+    return weights.masked_fill(empty, 0.0).to(scores.dtype)
+
+
+def _late_zero(scores, mask):  # -1e9, empty rows zeroed after: fine in float32
+    w = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
+    return w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+
+
+# --- chapter 8 ------------------------------------------------------------
+
+def _padded_batch():
+    torch.manual_seed(8)
+    mha = MultiHeadAttention(8, 4).eval()
+    x = torch.randn(4, 6, 8)
+    return mha, x, torch.tensor([6, 6, 6, 3])
+
+
+def _mha_output(mask_of, fused=False, whole=False):
+    mha, x, lengths = _padded_batch()
+    pad, causal = padding_mask(lengths, 6), causal_mask(6)
+    with torch.no_grad():
+        out = mha(x, mask=mask_of(pad, causal), need_weights=not fused)
+    return mha, x, lengths, out if whole else out[0]
+
+
+# --- chapter 9 ------------------------------------------------------------
+
+def d2l_to_mha(d2l, transpose=False, rename=None, skip=(), bias=None,
+               heads=None, copy_bias=True):
+    has_bias = d2l.W_q.bias is not None
+    mha = MultiHeadAttention(d2l.W_o.out_features,
+                             d2l.num_heads if heads is None else heads,
+                             bias=has_bias if bias is None else bias)
+    pairs = {"W_q": "q_proj", "W_k": "k_proj", "W_v": "v_proj", "W_o": "out_proj"}
+    pairs.update(rename or {})
+    with torch.no_grad():
+        for old, new in pairs.items():
+            if old in skip:
+                continue
+            source, target = getattr(d2l, old), getattr(mha, new)
+            target.weight.copy_(source.weight.T if transpose else source.weight)
+            if has_bias and copy_bias and target.bias is not None:
+                target.bias.copy_(source.bias)
+    return mha
+
+
+# --- chapter 11 -----------------------------------------------------------
+
+def my_to_torch(m, order="qkv", transpose=False, dim=0, out=True, biases=True,
+                batch_first=True):
+    has_bias = m.q_proj.bias is not None
+    t = nn.MultiheadAttention(m.d_model, m.num_heads, bias=has_bias,
+                              batch_first=batch_first)
+    projs = {"q": m.q_proj, "k": m.k_proj, "v": m.v_proj}
+    with torch.no_grad():
+        weights = [projs[c].weight.T if transpose else projs[c].weight for c in order]
+        t.in_proj_weight.copy_(torch.cat(weights, dim=dim))
+        if out:
+            t.out_proj.weight.copy_(m.out_proj.weight)
+        if has_bias and biases:
+            t.in_proj_bias.copy_(torch.cat([projs[c].bias for c in order]))
+            t.out_proj.bias.copy_(m.out_proj.bias)
+    return t
+
+
+def my_to_torch_state(m):
+    t = nn.MultiheadAttention(m.d_model, m.num_heads, batch_first=True,
+                              bias=m.q_proj.bias is not None)
+    state = {"in_proj_weight": torch.cat([m.q_proj.weight, m.k_proj.weight,
+                                          m.v_proj.weight]),
+             "out_proj.weight": m.out_proj.weight}
+    if m.q_proj.bias is not None:
+        state["in_proj_bias"] = torch.cat([m.q_proj.bias, m.k_proj.bias,
+                                           m.v_proj.bias])
+        state["out_proj.bias"] = m.out_proj.bias
+    t.load_state_dict(state)
+    return t
+
+
+def torch_masks(valid_lens, length):
+    valid = padding_mask(valid_lens, length)[:, 0, 0]
+    return ~valid, ~causal_mask(length)
+
+
+def torch_masks_arange(valid_lens, length):
+    pos = torch.arange(length)
+    return pos[None, :] >= valid_lens[:, None], pos[None, :] > pos[:, None]
+
+
+def sdpa(m, x, mask=None, how="right"):
+    q, k, v = (split_heads(p(x), m.num_heads) for p in (m.q_proj, m.k_proj, m.v_proj))
+    if how == "inverted":
+        mask = ~mask if mask is not None else None
+    elif how == "float":
+        mask = mask.float() if mask is not None else None
+    elif how == "ignored":
+        mask = None
+    kwargs = {"is_causal": True} if how == "is_causal" else {}
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs)
+    if how == "nan":  # a row norm that divides zero by zero
+        size = heads.abs().sum(-1, keepdim=True)
+        heads = heads / size * size
+    if how == "no_transpose":
+        return m.out_proj(heads.reshape(x.shape))
+    merged = merge_heads(heads)
+    if how == "no_out_proj":
+        return merged
+    out = m.out_proj(merged)
+    return out.detach() if how == "detached" else out
+
+
+def sdpa_transpose(m, x, mask=None):
+    batch, length, d_model = x.shape
+    heads = [p(x).view(batch, length, m.num_heads, -1).transpose(1, 2)
+             for p in (m.q_proj, m.k_proj, m.v_proj)]
+    out = F.scaled_dot_product_attention(*heads, attn_mask=mask)
+    return m.out_proj(out.transpose(1, 2).reshape(batch, length, d_model))
+
+
+# --- chapter 12 -----------------------------------------------------------
+
+def block_params(d, f):
+    return 4 * d * d + 4 * d + 2 * d * f + f + d + 4 * d
+
+
+def pre_norm(block, x, how="right"):
+    def attn(h, kv=None):
+        return block.attn(h, kv, kv, need_weights=False)[0]
+
+    def ffn(h, act=True):
+        hidden = block.linear1(h)
+        return block.linear2(block.activation(hidden) if act else hidden)
+
+    if how == "post":
+        x = block.norm1(x + attn(x))
+        return block.norm2(x + ffn(x))
+    if how == "stream":
+        x = block.norm1(x)
+        x = x + attn(x)
+        x = block.norm2(x)
+        return x + ffn(x)
+    if how == "no_first":
+        a = attn(block.norm1(x))
+        return a + ffn(block.norm2(a))
+    if how == "pair":
+        return block.attn(block.norm1(x)), None
+    h = x + attn(block.norm1(x), x if how == "raw_kv" else None)
+    if how == "no_second":
+        return ffn(block.norm2(h))
+    if how == "one_norm":
+        return h + ffn(block.norm1(h))
+    return h + ffn(block.norm2(h), act=how != "no_activation")
+
+
+def pre_norm_explicit(block, x):
+    n = block.norm1(x)
+    x = x + block.attn(n, n, n)[0]
+    return x + block.linear2(block.activation(block.linear1(block.norm2(x))))
+
+
+# --- chapter 13 -----------------------------------------------------------
+
+def tiled_softmax(scores, block_size, rescale=True, second_pass=True, use_max=True):
+    blocks = scores.split(block_size, dim=-1)
+    m = torch.full_like(scores[..., :1], INF)
+    total = torch.zeros_like(m)
+    early = []
+    for block in blocks:
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True)) if use_max \
+            else torch.zeros_like(m)
+        scale = torch.exp(m - m_new) if rescale and use_max else 1.0
+        total = scale * total + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m = m_new
+        early.append(torch.exp(block - m) / total)
+    if not second_pass:
+        return torch.cat(early, dim=-1)
+    return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
+
+
+def tiled_softmax_book(scores, block_size):
+    blocks = scores.split(block_size, dim=-1)
+    m = torch.full_like(scores[..., :1], float("-inf"))
+    total = torch.zeros_like(scores[..., :1])
+    for block in blocks:
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        total = (torch.exp(m - m_new) * total
+                 + torch.exp(block - m_new).sum(dim=-1, keepdim=True))
+        m = m_new
+    return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
+
+
+def masked_tiles(q, k, v, mask, block_size, safe=True, fill=INF, scale=None,
+                 invert=False):
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    mask = ~mask if invert else mask
+    outs = []
+    for start, q_block in zip(range(0, q.size(-2), block_size),
+                              q.split(block_size, dim=-2), strict=True):
+        m = q_block.new_full((*q_block.shape[:-1], 1), INF)
+        total = torch.zeros_like(m)
+        o = q_block.new_zeros((*q_block.shape[:-1], v.size(-1)))
+        for key_start, k_block, v_block in zip(
+                range(0, k.size(-2), block_size), k.split(block_size, dim=-2),
+                v.split(block_size, dim=-2), strict=True):
+            tile = mask[start:start + block_size, key_start:key_start + block_size]
+            s = (q_block @ k_block.transpose(-2, -1) * scale).masked_fill(~tile, fill)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            base = m_new.masked_fill(m_new == INF, 0.0) if safe else m_new
+            p, correction = torch.exp(s - base), torch.exp(m - base)
+            total = correction * total + p.sum(dim=-1, keepdim=True)
+            o = correction * o + p @ v_block
+            m = m_new
+        outs.append(torch.where(total > 0, o / total.clamp_min(1e-30), 0.0))
+    return torch.cat(outs, dim=-2)
+
+
+def masked_tiles_book(query, key, value, mask, block_size):
+    scale = query.size(-1) ** -0.5
+    outputs = []
+    for i, q in enumerate(query.split(block_size, dim=-2)):
+        r = i * block_size
+        m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+        total = q.new_zeros((*q.shape[:-1], 1))
+        o = q.new_zeros((*q.shape[:-1], value.size(-1)))
+        blocks = zip(key.split(block_size, dim=-2),
+                     value.split(block_size, dim=-2), strict=True)
+        for j, (k, v) in enumerate(blocks):
+            c = j * block_size
+            tile = mask[r:r + q.size(-2), c:c + k.size(-2)]
+            s = (q @ k.mT * scale).masked_fill(~tile, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            safe = m_new.masked_fill(m_new == float("-inf"), 0.0)
+            p, correction = torch.exp(s - safe), torch.exp(m - safe)
+            total = correction * total + p.sum(dim=-1, keepdim=True)
+            o, m = correction * o + p @ v, m_new
+        seen = total > 0
+        outputs.append(torch.where(seen, o / total.clamp_min(1e-30), 0.0))
+    return torch.cat(outputs, dim=-2)
+
+
+# --- chapter 14 -----------------------------------------------------------
+
+def expand_kv(x, num_heads, how="right"):
+    b, h_kv, length, d = x.shape
+    g = num_heads // h_kv
+    if how == "after_length":
+        return x.unsqueeze(3).expand(b, h_kv, length, g, d).reshape(b, num_heads, length, d)
+    copies = x.unsqueeze(2).expand(b, h_kv, g, length, d)
+    if how == "view":
+        return copies.view(b, num_heads, length, d)
+    return copies.reshape(b, num_heads, length, d)
+
+
+def chunk_mask(q_len, past):
+    i = torch.arange(q_len).unsqueeze(1)
+    j = torch.arange(past + q_len)
+    return j <= past + i
+
+
+# --- chapter 15 -----------------------------------------------------------
+
+def copy_batch(batch_size, generator, how="right"):
+    high = 11 if how == "eleven" else 10
+    digits = torch.randint(high, (batch_size, N),
+                           generator=None if how == "global" else generator)
+    sep = torch.full((batch_size, 1), SEP if how != "no_sep" else 0)
+    if how == "zeros":
+        digits = torch.zeros_like(digits)
+    answer = digits.flip(1) if how == "reversed" else digits
+    if how == "fresh":
+        answer = torch.randint(10, (batch_size, N), generator=generator)
+    return torch.cat([digits, sep, answer], dim=1)
+
+
+def copy_batch_hstack(batch_size, generator):
+    d = torch.randint(0, 10, (batch_size, N), generator=generator, dtype=torch.long)
+    return torch.hstack([d, torch.full_like(d[:, :1], SEP), d])
+
+
+def answer_loss(logits, seq, first=N, target=N + 1, reduction="mean"):
+    count = min(logits.size(1) - first, seq.size(1) - target)
+    return F.cross_entropy(logits[:, first:first + count].flatten(0, 1),
+                           seq[:, target:target + count].flatten(),
+                           reduction=reduction)
+
+
+def remove_head(model, head, how="right"):
+    if how == "copy":
+        model = copy.deepcopy(model)
+    blocks = list(model.blocks)[:1] if how == "first" else model.blocks
+    for block in blocks:
+        d = block.attn.head_dim
+        part = slice(head * d, (head + 1) * d)
+        if how == "no_grad":
+            block.attn.out_proj.weight[:, part] = 0.0
+            continue
+        with torch.no_grad():
+            if how == "rows":
+                block.attn.out_proj.weight[part] = 0.0
+            elif how == "query":
+                block.attn.q_proj.weight[part] = 0.0
+                block.attn.q_proj.bias[part] = 0.0
+            else:
+                block.attn.out_proj.weight[:, part] = 0.0
+    return model if how == "copy" else None
+
+
+def remove_head_narrow(model, head):
+    for block in model.blocks:
+        d = block.attn.head_dim
+        block.attn.out_proj.weight.data.narrow(1, head * d, d).zero_()
+
+
+def head_score(weights, k, offset=1):
+    num_layers, batch, num_heads, length, _ = weights.shape
+    q = torch.arange(length)
+    second = (q >= k) & (q < 2 * k - 1)
+    target = (q - k + offset).clamp(min=0)
+    index = target[None, :, None, :, None].expand(num_layers, batch, num_heads, length, 1)
+    on_target = weights.gather(-1, index)[..., 0]
+    return (on_target * second[:, None]).sum(dim=(1, 3))
+
+
+def best(score):
+    return divmod(score.argmax().item(), score.size(1))
+
+
+def induction_loop(weights, k):
+    num_layers, _, num_heads, length, _ = weights.shape
+    scores = torch.zeros(num_layers, num_heads)
+    for b, kb in enumerate(k[:, 0].tolist()):
+        for t in range(kb, 2 * kb - 1):
+            scores += weights[:, b, :, t, t - kb + 1]
+    index = int(scores.flatten().argmax())
+    return index // num_heads, index % num_heads
+
+
+# --- chapter 16 -----------------------------------------------------------
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def rope_complex(x, positions, base=10000.0, how="right"):
+    d = x.size(-1)
+    i = torch.arange(0, d, 2) / 2 if how == "exponent_i" else torch.arange(0, d, 2)
+    theta = base ** (-i.double() / d)
+    if how == "ignored":
+        positions = torch.arange(x.size(-2))
+    angles = positions.double()[:, None] * theta
+    z = torch.view_as_complex(x.double().unflatten(-1, (d // 2, 2)).contiguous())
+    rotation = torch.polar(torch.ones_like(angles), angles)
+    z = z * (rotation.conj() if how == "conj" else rotation)
+    if how == "complex":
+        return z
+    return torch.view_as_real(z).flatten(-2).to(x.dtype)
+
+
+def rope_book(x, positions, base=10000.0):
+    d = x.size(-1)
+    theta = base ** (-torch.arange(0, d, 2).float() / d)
+    angles = positions.float()[:, None] * theta
+    z = torch.view_as_complex(x.unflatten(-1, (d // 2, 2)).contiguous())
+    z = z * torch.polar(torch.ones_like(angles), angles)
+    return torch.view_as_real(z).flatten(-2)
+
+
+def unturned(head_dim, base, length, turn=2 * math.pi, pairs=None, two=2):
+    i = torch.arange((head_dim // 2) if pairs is None else pairs, dtype=torch.float64)
+    return int((turn * base ** (two * i / head_dim) > length - 1).sum())
+
+
+def unturned_loop(head_dim, base, length):
+    count = 0
+    for i in range(head_dim // 2):
+        theta = base ** (-2 * i / head_dim)
+        count += 2 * math.pi / theta > length - 1
+    return count
+
+
+# --- chapter 17 -----------------------------------------------------------
+
+def window_mod(window, how="right"):
+    def mask_mod(b, h, q_idx, kv_idx):
+        if how == "and":
+            return (q_idx >= kv_idx) and (q_idx - kv_idx < window)
+        near = {"right": q_idx - kv_idx < window, "more": q_idx - kv_idx <= window,
+                "less": q_idx - kv_idx < window - 1, "future": q_idx - kv_idx < window,
+                "inverted": q_idx - kv_idx < window}[how]
+        allowed = near if how == "future" else (q_idx >= kv_idx) & near
+        return ~allowed if how == "inverted" else allowed
+    return mask_mod
+
+
+def window_mod_other(window):
+    return lambda b, h, q, kv: (kv <= q) & (kv > q - window)
+
+
+def slopes_power_of_two(n):
+    return [2 ** (-8 * (i + 1) / n) for i in range(n)]
+
+
+def slopes(num_heads, extra=slice(0, None, 2)):
+    p = 2 ** math.floor(math.log2(num_heads))
+    more = slopes_power_of_two(2 * p)[extra][:num_heads - p]
+    return slopes_power_of_two(p) + more
+
+
+def slopes_recursive(n):
+    if math.log2(n).is_integer():
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start ** i for i in range(n)]
+    p = 2 ** math.floor(math.log2(n))
+    return slopes_recursive(p) + slopes_recursive(2 * p)[0::2][:n - p]
+
+
+def receptive_loop(window, num_layers):
+    reach = 0
+    for _ in range(num_layers):
+        reach += window - 1
+    return reach
+
+
+# --- chapter 18 -----------------------------------------------------------
+
+def absorb_query(q, w_uk, num_heads):
+    return q @ w_uk.unflatten(0, (num_heads, -1))
+
+
+def absorb_einsum(q, w_uk, num_heads):
+    w = rearrange(w_uk, "(h d) c -> h d c", h=num_heads)
+    return torch.einsum("bhld,hdc->bhlc", q, w)
+
+
+def key_projection_eye(m):
+    eye = torch.eye(m.kv_down.in_features)
+    return m.k_up(m.kv_down(eye)).T
+
+
+# --- the answers ------------------------------------------------------------
+
+RIGHT = {
+    "check_tokenizer": [
+        lambda: (lambda t: tokenize(t.replace(",", "")),),
+        lambda: (lambda t: [w.lower() for w in re.sub(r"[!.?,]", "", t).split(" ")],),
+    ],
+    "check_vocab": [
+        lambda: (build_vocab(SENTENCES, specials=("<pad>",)),),
+        lambda: ({w: i for i, w in enumerate(
+            ["<pad>", *sorted({t for s in SENTENCES for t in tokenize(s)})])},),
+    ],
+    "check_padded_batch": [
+        lambda: encode(TWO, STOI, pad_id=0),
+        lambda: _padded(),
+    ],
+    "check_onehot_embedding": [
+        lambda: (lambda ids, w: F.one_hot(ids, num_classes=w.size(0)).to(w.dtype) @ w,),
+        lambda: (lambda ids, w: torch.einsum(
+            "...v,vd->...d", F.one_hot(ids, w.shape[0]).float(), w),),
+    ],
+    "check_padding_embedding": [
+        lambda: (lambda e: (e, e(encode([*SENTENCES, "What is next?"], STOI,
+                                          pad_id=0)[0])))(
+            nn.Embedding(15, 8, padding_idx=0)),
+        lambda: (lambda e: (e, e.weight[encode([*SENTENCES, "What is next?"], STOI,
+                                                pad_id=0)[0]].detach()))(
+            nn.Embedding(len(STOI), 8, padding_idx=STOI["<pad>"])),
+    ],
+    "check_embedding_parameters": [lambda: (50257 * 768,), lambda: (38597376.0,)],
+    "check_sinusoidal": [lambda: (sinusoidal_power,), lambda: (sinusoidal_loops,)],
+    "check_shift_matrix": [lambda: (shift(),), lambda: (shift_stacked(),)],
+    "check_projection": [
+        lambda: (lambda x, w, b: x @ w.T + b,),
+        lambda: (lambda x, w, b: torch.matmul(x, w.t()) + b[None, None],),
+    ],
+    "check_fused_projection": [lambda: (qkv_at_once,), lambda: (qkv_linear,)],
+    "check_projection_parameters": [lambda: (3 * (512 * 512 + 512),),
+                                    lambda: (787968,)],
+    "check_split_heads": [
+        lambda: (lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 2, 1, 3),),
+        lambda: (lambda x, h: x.reshape(*x.shape[:2], h, -1).permute(0, 2, 1, 3),),
+        lambda: (lambda x, h: rearrange(x, "b l (h d) -> b h l d", h=h),),
+    ],
+    "check_merge_heads": [
+        lambda: (lambda x: x.permute(0, 2, 1, 3).reshape(x.size(0), x.size(2), -1),),
+        lambda: (lambda x: x.permute(0, 2, 1, 3).contiguous().view(
+            x.size(0), x.size(2), -1),),
+        lambda: (lambda x: rearrange(x, "b h l d -> b l (h d)"),),
+    ],
+    "check_head_columns": [
+        lambda: (lambda x, h, n: x[..., h * (x.size(-1) // n):(h + 1) * (x.size(-1) // n)],),
+        lambda: (lambda x, h, n: x.split(x.size(-1) // n, dim=-1)[h],),
+        lambda: (lambda x, h, n: x.narrow(-1, h * (x.size(-1) // n), x.size(-1) // n),),
+    ],
+    "check_attention": [lambda: (attention,), lambda: (attention_einsum,),
+                        lambda: (lambda q, k, v: scaled_dot_product_attention(q, k, v),)],
+    "check_temperature": [
+        lambda: (with_tau(lambda tau, d: 1 / (tau * math.sqrt(d))),),
+        lambda: (lambda q, k, v, tau: scaled_dot_product_attention(
+            q / tau, k, v),),
+    ],
+    "check_softmax_jacobian": [lambda: (jacobian,), lambda: (jacobian_broadcast,)],
+    "check_padding_mask": [
+        lambda: (mask_from_lengths,),
+        lambda: (lambda n, m: (torch.arange(m) < n.unsqueeze(-1)).view(-1, 1, 1, m),),
+    ],
+    "check_decoder_mask": [
+        lambda: (lambda n: padding_mask(n) & causal_mask(int(n.max())),),
+        lambda: (lambda n: (torch.arange(int(n.max()))[None, None, None, :]
+                            <= torch.arange(int(n.max()))[None, None, :, None])
+                 & (torch.arange(int(n.max())) < n[:, None])[:, None, None, :],),
+    ],
+    "check_safe_softmax": [lambda: (safe_softmax,), lambda: (masked_softmax,)],
+    "check_concat_heads": [lambda: (lambda hs: torch.cat(hs, dim=-1),),
+                           lambda: (lambda hs: torch.cat(list(hs), dim=2),)],
+    "check_masked_self_attention": [
+        lambda: _mha_output(lambda p, c: p & c),
+        lambda: _mha_output(lambda p, c: p & c, fused=True),
+    ],
+    "check_num_parameters": [
+        lambda: (lambda d, h, bias: 4 * d * d + (4 * d if bias else 0),),
+        lambda: (lambda d, h, bias: 4 * (d * d + d * bias),),
+    ],
+    "check_repeat_lens": [
+        lambda: (lambda v, h: v.unsqueeze(1).expand(-1, h, *v.shape[1:]).reshape(
+            -1, *v.shape[1:]),),
+        lambda: (lambda v, h: v[torch.arange(len(v) * h) // h],),
+    ],
+    "check_unfold_weights": [
+        lambda: (lambda w, h: w.reshape(-1, h, *w.shape[1:]),),
+        lambda: (lambda w, h: w.view(w.size(0) // h, h, w.size(1), w.size(2)),),
+    ],
+    "check_d2l_to_mha": [lambda: (d2l_to_mha,), lambda: (lambda d: d2l_to_mha(d),)],
+    "check_einsum_scores": [
+        lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k) / math.sqrt(q.shape[-1]),),
+        lambda: (lambda q, k: torch.einsum("bhqd,bhkd->bhqk", q, k) * q.size(-1) ** -0.5,),
+    ],
+    "check_einops_mask": [
+        lambda: (lambda n, length: ~(mha_lib.padding_mask(n, length)[:, 0]
+                                     & mha_lib.causal_mask(length)),),
+        lambda: (lambda n, length: ~padding_mask(n, length).squeeze(1)
+                 | ~causal_mask(length),),
+    ],
+    "check_einsum_num_parameters": [
+        lambda: (lambda h, d, dk, dv: 2 * (d * h * dk + h * dk) + d * h * dv + h * dv
+                 + h * dv * d + d + 2 * d,),
+        lambda: (lambda h, d, dk, dv: (d + 1) * h * (2 * dk + dv) + (h * dv + 1) * d
+                 + 2 * d,),
+    ],
+    "check_to_torch": [lambda: (my_to_torch,), lambda: (my_to_torch_state,)],
+    "check_torch_masks": [lambda: (torch_masks,), lambda: (torch_masks_arange,)],
+    "check_sdpa_attention": [lambda: (sdpa,), lambda: (sdpa_transpose,)],
+    "check_block_params": [
+        lambda: (block_params,),
+        lambda: (lambda d, f: sum(p.numel() for p in mha_lib.TransformerBlock(
+            d, 1, f).parameters()),),
+    ],
+    "check_pre_norm": [lambda: (pre_norm,), lambda: (pre_norm_explicit,)],
+    "check_score_flops": [
+        lambda: (lambda b, length, d, h: 2 * b * h * length * length * (d // h),),
+        lambda: (lambda b, length, d, h: 2 * b * length ** 2 * d,),
+    ],
+    "check_weights_mib": [
+        lambda: (lambda b, length, h, dtype: b * h * length ** 2
+                 * (torch.finfo(dtype).bits // 8) / 2 ** 20,),
+        lambda: (lambda b, length, h, dtype: b * h * length * length
+                 * torch.empty((), dtype=dtype).element_size() / 1024 / 1024,),
+    ],
+    "check_tiled_softmax": [lambda: (tiled_softmax,), lambda: (tiled_softmax_book,)],
+    "check_masked_tiles": [lambda: (masked_tiles,), lambda: (masked_tiles_book,)],
+    "check_cache_bytes": [
+        lambda: (lambda n, h, d, length, b, s: 2 * n * h * d * length * b * s,),
+        lambda: (lambda *args: 2 * math.prod(args),),
+    ],
+    "check_expand_kv": [
+        lambda: (expand_kv,),
+        lambda: (lambda x, h: x[:, :, None].expand(-1, -1, h // x.size(1), -1, -1)
+                 .flatten(1, 2),),
+    ],
+    "check_chunk_mask": [
+        lambda: (chunk_mask,),
+        lambda: (lambda q, p: torch.arange(p + q)[None, :] - torch.arange(q)[:, None] <= p,),
+    ],
+    "check_copy_batch": [lambda: (copy_batch,), lambda: (copy_batch_hstack,)],
+    "check_answer_loss": [
+        lambda: (answer_loss,),
+        lambda: (lambda logits, seq: F.cross_entropy(logits[:, N:].transpose(1, 2),
+                                                      seq[:, N + 1:]),),
+    ],
+    "check_remove_head": [lambda: (remove_head,), lambda: (remove_head_narrow,)],
+    "check_find_induction_head": [lambda: (lambda w, k: best(head_score(w, k)),),
+                                  lambda: (induction_loop,)],
+    "check_rotate_half": [
+        lambda: (rotate_half,),
+        lambda: (lambda x: torch.cat((-x[..., x.size(-1) // 2:],
+                                      x[..., :x.size(-1) // 2]), dim=-1),),
+    ],
+    "check_rotary_complex": [lambda: (rope_complex,), lambda: (rope_book,)],
+    "check_unturned_pairs": [lambda: (unturned,), lambda: (unturned_loop,)],
+    "check_window_mask_mod": [lambda: (window_mod,), lambda: (window_mod_other,)],
+    "check_alibi_slopes": [lambda: (slopes,), lambda: (slopes_recursive,)],
+    "check_receptive_field": [lambda: (lambda w, n: n * (w - 1),),
+                              lambda: (receptive_loop,)],
+    "check_absorbed_query": [lambda: (absorb_query,), lambda: (absorb_einsum,)],
+    "check_latent_cache_bytes": [
+        lambda: (lambda c, r, length, b, s: (c + r) * length * b * s,),
+        lambda: (lambda *args: (args[0] + args[1]) * math.prod(args[2:]),),
+    ],
+    "check_key_projection": [
+        lambda: (lambda m: m.k_up.weight @ m.kv_down.weight,),
+        lambda: (key_projection_eye,),
+    ],
+}
+
+
+def _sentences_vocab(**kw):
+    return build_vocab([s.replace(",", "") for s in SENTENCES], specials=("<pad>",))
+
+
+def _zeroed_embedding():
+    e = nn.Embedding(15, 8)
+    with torch.no_grad():
+        e.weight[0] = 0.0
+    ids = encode([*SENTENCES, "What is next?"], STOI, pad_id=0)[0]
+    return e, e(ids)
+
+
+def _embedding(num=15, padding_idx=0, ids_of=None, other=False):
+    e = nn.Embedding(num, 8, padding_idx=padding_idx)
+    ids = encode([*SENTENCES, "What is next?"], STOI, pad_id=0)[0]
+    ids = ids_of(ids) if ids_of else ids
+    table = nn.Embedding(num, 8, padding_idx=padding_idx) if other else e
+    return e, table(ids.clamp(max=num - 1))
+
+
+WRONG = {
+    "check_tokenizer": {
+        "comma_kept": lambda: (tokenize,),
+        "empty_token": lambda: (lambda t: tokenize(t.replace(",", " ")),),
+        "not_lowercase": lambda: (lambda t: re.sub(r"[!.?,]", "", t).split(" "),),
+        "too_much_removed": lambda: (lambda t: re.findall(r"\w+", t.lower()),),
+    },
+    "check_vocab": {
+        "no_pad": lambda: (build_vocab(SENTENCES),),
+        "pad_last": lambda: ({**build_vocab(SENTENCES), "<pad>": 14},),
+        "unsorted": lambda: (_vocab_unsorted(),),
+        "commas": lambda: (_sentences_vocab(),),
+    },
+    "check_padded_batch": {
+        "pad_id": lambda: _padded(pad=-1),
+        "no_pad_vocab": lambda: _padded(build_vocab(SENTENCES)),
+        "padded_lengths": lambda: (_padded()[0], torch.tensor([4, 4])),
+        "left_padding": lambda: _padded(left=True),
+    },
+    "check_onehot_embedding": {
+        "indexing": lambda: (lambda ids, w: w[ids],),
+        "no_num_classes": lambda: (lambda ids, w: F.one_hot(ids).float() @ w,),
+        "not_cast": lambda: (lambda ids, w: F.one_hot(ids, w.size(0)) @ w,),
+        "no_gradient": lambda: (lambda ids, w: (
+            F.one_hot(ids, w.size(0)).float() @ w).detach(),),
+        "no_one_hot": lambda: (lambda ids, w: (
+            ids[..., None] == torch.arange(w.size(0))).float() @ w,),
+    },
+    "check_padding_embedding": {
+        "no_padding_idx": lambda: _embedding(padding_idx=None),
+        "zeroed_by_hand": _zeroed_embedding,
+        "vocab_without_pad": lambda: _embedding(num=14),
+        "three_sentences": lambda: _embedding(ids_of=lambda ids: ids[:3]),
+        "other_table": lambda: _embedding(other=True),
+    },
+    "check_embedding_parameters": {
+        "bias": lambda: (50257 * 768 + 768,),
+        "bytes": lambda: (4 * 50257 * 768,),
+        "tied_twice": lambda: (2 * 50257 * 768,),
+    },
+    "check_sinusoidal": {
+        "exp_log": lambda: (sinusoidal_encoding,),
+        "concatenated": lambda: (lambda n, d: pe_wrong(n, d, layout="concatenated"),),
+        "swapped": lambda: (lambda n, d: pe_wrong(n, d, layout="swapped"),),
+        "exponent_i": lambda: (lambda n, d: pe_wrong(n, d, two=1),),
+        "exponent_4i": lambda: (lambda n, d: pe_wrong(n, d, two=4),),
+        "multiplied": lambda: (lambda n, d: pe_wrong(n, d, divide=False),),
+        "from_one": lambda: (lambda n, d: pe_wrong(n, d, start=1),),
+    },
+    "check_shift_matrix": {
+        "backwards": lambda: (shift().T,),
+        "one_step": lambda: (shift(k=1),),
+        "exponent_i": lambda: (shift(two=1),),
+        "not_block_diagonal": lambda: (_mixed_shift(),),
+    },
+    "check_projection": {
+        "not_transposed": lambda: (lambda x, w, b: x @ w + b,),
+        "no_bias": lambda: (lambda x, w, b: x @ w.T,),
+        "not_at": lambda: (lambda x, w, b: F.linear(x, w, b),),
+        "view": lambda: (lambda x, w, b: (x.view(-1, x.size(-1)) @ w.T + b).view(
+            *x.shape[:-1], -1),),
+    },
+    "check_fused_projection": {
+        "three_products": lambda: (lambda x, m: (m.q_proj(x), m.k_proj(x), m.v_proj(x)),),
+        "no_bias": lambda: (lambda x, m: (x @ _stack(m)[0].T).chunk(3, dim=-1),),
+        "order": lambda: (lambda x, m: (lambda q, k, v: (q, v, k))(*qkv_at_once(x, m)),),
+        "wrong_axis": lambda: (lambda x, m: (x @ _stack(m, dim=1)[0].T
+                                             + _stack(m)[1]).chunk(3, -1),),
+        "split_axis": lambda: (lambda x, m: (x @ _stack(m)[0].T + _stack(m)[1]).chunk(
+            3, dim=1),),
+        "no_gradient": lambda: (lambda x, m: tuple(t.detach() for t in qkv_at_once(x, m)),),
+    },
+    "check_projection_parameters": {
+        "no_bias": lambda: (3 * 512 * 512,),
+        "with_output": lambda: (4 * (512 * 512 + 512),),
+        "per_head": lambda: (3 * (512 * 64 + 64),),
+        "one_layer": lambda: (512 * 512 + 512,),
+    },
+    "check_split_heads": {
+        "plain_view": lambda: (lambda x, h: x.view(x.size(0), h, x.size(1), -1),),
+        "no_swap": lambda: (lambda x, h: x.view(*x.shape[:2], h, -1),),
+        "strided": lambda: (lambda x, h: x.view(*x.shape[:2], -1, h).permute(0, 3, 1, 2),),
+        "wrong_permute": lambda: (lambda x, h: x.view(*x.shape[:2], h, -1).permute(
+            0, 2, 3, 1),),
+        "no_permute": lambda: (lambda x, h: x.view(*x.shape[:2], h, -1).transpose(1, 2),),
+    },
+    "check_merge_heads": {
+        "view_not_contiguous": lambda: (lambda x: x.transpose(1, 2).view(
+            x.size(0), x.size(2), -1),),
+        "reshape_only": lambda: (lambda x: x.reshape(x.size(0), x.size(2), -1),),
+        "dimension_major": lambda: (lambda x: x.permute(0, 2, 3, 1).reshape(
+            x.size(0), x.size(2), -1),),
+        "no_permute": lambda: (merge_heads,),
+    },
+    "check_head_columns": {
+        "strided": lambda: (lambda x, h, n: x[..., h::n],),
+        "width_is_heads": lambda: (lambda x, h, n: x[..., h * n:(h + 1) * n],),
+        "reshaped": lambda: (lambda x, h, n: split_heads(x, n)[:, h],),
+    },
+    "check_attention": {
+        "unscaled": lambda: (lambda q, k, v: attention(q, k, v, scale=1.0),),
+        "scaled_by_dk": lambda: (lambda q, k, v: attention(q, k, v, scale=1 / q.size(-1)),),
+        "scaled_by_dv": lambda: (lambda q, k, v: attention(q, k, v, scale=v.size(-1) ** -0.5),),
+        "scaled_by_length": lambda: (lambda q, k, v: attention(
+            q, k, v, scale=k.size(-2) ** -0.5),),
+        "multiplied": lambda: (lambda q, k, v: attention(q, k, v, scale=q.size(-1) ** 0.5),),
+        "softmax_dim": lambda: (lambda q, k, v: attention(q, k, v, dim=-2),),
+        "k_not_transposed": lambda: (lambda q, k, v: attention(q, k, v, transpose=False),),
+        "dot_T": lambda: (lambda q, k, v: (lambda w: (w @ v, w))(
+            torch.softmax(q @ k.T / math.sqrt(q.size(-1)), -1)),),
+        "swapped_pair": lambda: (lambda q, k, v: attention(q, k, v)[::-1],),
+        "no_gradient": lambda: (lambda q, k, v: tuple(t.detach() for t in attention(q, k, v)),),
+    },
+    "check_temperature": {
+        "multiplied_by_tau": lambda: (with_tau(lambda tau, d: tau / math.sqrt(d)),),
+        "tau_ignored": lambda: (with_tau(lambda tau, d: 1 / math.sqrt(d)),),
+        "sqrt_of_tau": lambda: (with_tau(lambda tau, d: 1 / math.sqrt(tau * d)),),
+        "no_sqrt_d": lambda: (with_tau(lambda tau, d: 1 / tau),),
+        "softmax_dim": lambda: (lambda q, k, v, tau: attention(
+            q, k, v, scale=1 / (tau * math.sqrt(q.size(-1))), dim=-2),),
+    },
+    "check_softmax_jacobian": {
+        "autograd": lambda: (lambda s: torch.autograd.functional.jacobian(
+            lambda x: x.softmax(-1), s),),
+        "diagonal_only": lambda: (lambda s: torch.diag(s.softmax(-1)),),
+        "sign": lambda: (lambda s: -jacobian(s),),
+        "of_scores": lambda: (lambda s: torch.diag(s) - torch.outer(s, s),),
+    },
+    "check_padding_mask": {
+        "library": lambda: (padding_mask,),
+        "inverted": lambda: (lambda n, m: ~mask_from_lengths(n, m),),
+        "one_too_many": lambda: (lambda n, m: (torch.arange(m) <= n[:, None])[:, None, None],),
+        "no_broadcast_axes": lambda: (lambda n, m: torch.arange(m) < n[:, None],),
+        "longest_length": lambda: (lambda n, m: mask_from_lengths(n, int(n.max())),),
+        "not_bool": lambda: (lambda n, m: mask_from_lengths(n, m).long(),),
+    },
+    "check_decoder_mask": {
+        "padding_only": lambda: (lambda n: padding_mask(n).expand(
+            -1, 1, int(n.max()), -1),),
+        "causal_only": lambda: (lambda n: causal_mask(int(n.max())).expand(
+            len(n), 1, -1, -1),),
+        "either": lambda: (lambda n: padding_mask(n) | causal_mask(int(n.max())),),
+        "inverted": lambda: (lambda n: ~(padding_mask(n) & causal_mask(int(n.max()))),),
+        "future": lambda: (lambda n: padding_mask(n) & causal_mask(int(n.max())).T,),
+        "no_diagonal": lambda: (lambda n: padding_mask(n) & torch.ones(
+            int(n.max()), int(n.max()), dtype=torch.bool).tril(-1),),
+        "pad_queries": lambda: (lambda n: padding_mask(n).transpose(-1, -2)
+                                & causal_mask(int(n.max())),),
+        "no_head_axis": lambda: (lambda n: (padding_mask(n) & causal_mask(
+            int(n.max())))[:, 0],),
+    },
+    "check_safe_softmax": {
+        "finite_fill": lambda: (lambda s, m: torch.softmax(s.masked_fill(~m, -1e9), -1),),
+        "nan": lambda: (lambda s, m: torch.softmax(s.masked_fill(~m, INF), -1),),
+        "half_overflow": lambda: (_late_zero,),
+        "dtype": lambda: (lambda s, m: safe_softmax(s.float(), m),),
+        "inverted": lambda: (lambda s, m: safe_softmax(s, ~m),),
+        "softmax_dim": lambda: (lambda s, m: safe_softmax(s.float().mT, m.mT).mT.to(
+            s.dtype),),
+    },
+    "check_concat_heads": {
+        "wrong_axis": lambda: (lambda hs: torch.cat(hs, dim=0),),
+        "interleaved": lambda: (lambda hs: torch.stack(hs, dim=-1).flatten(-2),),
+        "reversed": lambda: (lambda hs: torch.cat(hs[::-1], dim=-1),),
+        "no_cat": lambda: (lambda hs: torch.stack(hs, dim=-2).flatten(-2),),
+    },
+    "check_masked_self_attention": {
+        "padding_only": lambda: _mha_output(lambda p, c: p),
+        "causal_only": lambda: _mha_output(lambda p, c: c),
+        "either": lambda: _mha_output(lambda p, c: p | c),
+        "inverted": lambda: _mha_output(lambda p, c: ~(p & c)),
+        "pair": lambda: _mha_output(lambda p, c: p & c, whole=True),
+    },
+    "check_num_parameters": {
+        "no_bias": lambda: (lambda d, h, bias: 4 * d * d,),
+        "bias_flag": lambda: (lambda d, h, bias: 4 * d * d + 4 * d,),
+        "no_output": lambda: (lambda d, h, bias: 3 * d * d + 3 * d * bias,),
+        "per_head": lambda: (lambda d, h, bias: 4 * d * (d // h) + 4 * (d // h) * bias,),
+        "built_module": lambda: (lambda d, h, bias: sum(
+            p.numel() for p in MultiHeadAttention(d, h, bias=bias).parameters()),),
+    },
+    "check_repeat_lens": {
+        "tiled": lambda: (lambda v, h: v.repeat(h, *[1] * (v.dim() - 1)),),
+        "copying": lambda: (lambda v, h: torch.repeat_interleave(v, h, dim=0),),
+        # concatenated copies: right numbers, but not indexing, expand or reshape
+        "copying/cat": lambda: (lambda v, h: torch.stack([v] * h, dim=1).reshape(
+            -1, *v.shape[1:]),),
+        "head_axis_last": lambda: (lambda v, h: v[..., None].expand(*v.shape, h).reshape(
+            -1, *v.shape[1:]),),
+        "flattened": lambda: (lambda v, h: v.unsqueeze(1).expand(
+            -1, h, *v.shape[1:]).reshape(-1),),
+    },
+    "check_unfold_weights": {
+        "head_major": lambda: (lambda w, h: w.reshape(h, -1, *w.shape[1:]).transpose(0, 1),),
+        "swapped_lengths": lambda: (lambda w, h: w.reshape(-1, h, w.size(2), w.size(1)),),
+        "transposed": lambda: (lambda w, h: w.reshape(-1, h, *w.shape[1:]).mT,),
+    },
+    "check_d2l_to_mha": {
+        "transposed": lambda: (lambda d: d2l_to_mha(d, transpose=True),),
+        "swapped": lambda: (lambda d: d2l_to_mha(d, rename={"W_q": "k_proj",
+                                                             "W_k": "q_proj"}),),
+        "not_copied": lambda: (lambda d: d2l_to_mha(d, skip=("W_o",)),),
+        "extra_bias": lambda: (lambda d: d2l_to_mha(d, bias=True),),
+        "bias_not_copied": lambda: (lambda d: d2l_to_mha(d, copy_bias=False),),
+        "num_heads": lambda: (lambda d: d2l_to_mha(d, heads=1),),
+    },
+    "check_einsum_scores": {
+        "unscaled": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k),),
+        "scaled_by_d": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k)
+                                / q.size(-1),),
+        "multiplied": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k)
+                               * q.size(-1) ** 0.5,),
+        "keys_first": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhtl", q, k)
+                               / q.size(-1) ** 0.5,),
+        "not_one_einsum": lambda: (lambda q, k: q @ k.mT / q.size(-1) ** 0.5,),
+    },
+    "check_einops_mask": {
+        "library_convention": lambda: (lambda n, length: padding_mask(n, length)[:, 0]
+                                       & causal_mask(length),),
+        "padding_only": lambda: (lambda n, length: ~padding_mask(n, length)[:, 0].expand(
+            -1, length, -1),),
+        "causal_only": lambda: (lambda n, length: (~causal_mask(length)).expand(
+            len(n), -1, -1),),
+        "half_inverted": lambda: (lambda n, length: ~padding_mask(n, length)[:, 0]
+                                  & causal_mask(length),),
+        "head_axis": lambda: (lambda n, length: ~(padding_mask(n, length)
+                                                  & causal_mask(length)),),
+        "not_from_library": lambda: (lambda n, length: (
+            torch.arange(length)[None, None, :] >= n[:, None, None])
+            | (torch.arange(length)[None, :] > torch.arange(length)[:, None]),),
+    },
+    "check_einsum_num_parameters": {
+        "no_layer_norm": lambda: (lambda h, d, dk, dv: (d + 1) * h * (2 * dk + dv)
+                                  + (h * dv + 1) * d,),
+        "no_biases": lambda: (lambda h, d, dk, dv: d * h * (2 * dk + dv) + h * dv * d
+                              + 2 * d,),
+        "d_k_d_v_swapped": lambda: (lambda h, d, dk, dv: (d + 1) * h * (2 * dv + dk)
+                                    + (h * dk + 1) * d + 2 * d,),
+        "square_fc": lambda: (lambda h, d, dk, dv: (d + 1) * h * (2 * dk + dv)
+                              + (d + 1) * d + 2 * d,),
+    },
+    "check_to_torch": {
+        "order": lambda: (lambda m: my_to_torch(m, order="kqv"),),
+        "transposed": lambda: (lambda m: my_to_torch(m, transpose=True),),
+        "stacked_wrong_axis": lambda: (lambda m: my_to_torch(m, dim=1),),
+        "out_proj": lambda: (lambda m: my_to_torch(m, out=False),),
+        "biases": lambda: (lambda m: my_to_torch(m, biases=False),),
+        "batch_first": lambda: (lambda m: my_to_torch(m, batch_first=False),),
+        "library": lambda: (lambda m: mha_lib.to_torch_mha(m),),
+    },
+    "check_torch_masks": {
+        "padding_polarity": lambda: (lambda n, length: (
+            padding_mask(n, length)[:, 0, 0], ~causal_mask(length)),),
+        "causal_polarity": lambda: (lambda n, length: (
+            ~padding_mask(n, length)[:, 0, 0], causal_mask(length)),),
+        "padding_shape": lambda: (lambda n, length: (
+            ~padding_mask(n, length), ~causal_mask(length)),),
+        "batched_attn_mask": lambda: (lambda n, length: (
+            torch_masks(n, length)[0], torch_masks(n, length)[1].expand(len(n), -1, -1)),),
+        "swapped": lambda: (lambda n, length: torch_masks(n, length)[::-1],),
+        "diagonal": lambda: (lambda n, length: (
+            torch_masks(n, length)[0], torch.ones(length, length, dtype=torch.bool).triu()),),
+    },
+    "check_sdpa_attention": {
+        "inverted": lambda: (lambda m, x, mask: sdpa(m, x, mask, "inverted"),),
+        "float_mask": lambda: (lambda m, x, mask: sdpa(m, x, mask, "float"),),
+        "mask_ignored": lambda: (lambda m, x, mask: sdpa(m, x, mask, "ignored"),),
+        "is_causal": lambda: (lambda m, x, mask: sdpa(m, x, None, "is_causal"),),
+        "no_out_proj": lambda: (lambda m, x, mask: sdpa(m, x, mask, "no_out_proj"),),
+        "no_transpose": lambda: (lambda m, x, mask: sdpa(m, x, mask, "no_transpose"),),
+        "nan_row": lambda: (lambda m, x, mask: sdpa(m, x, mask, "nan"),),
+        "no_sdpa": lambda: (lambda m, x, mask: m(x, mask=mask, need_weights=False)[0],),
+        "no_gradient": lambda: (lambda m, x, mask: sdpa(m, x, mask, "detached"),),
+    },
+    "check_block_params": {
+        "four_d_missing": lambda: (lambda d, f: block_params(d, f) - 4 * d,),
+        "ffn_biases": lambda: (lambda d, f: block_params(d, f) - f - d,),
+        "biases_and_norms": lambda: (lambda d, f: 4 * d * d + 2 * d * f,),
+        "two_attention_matrices": lambda: (lambda d, f: block_params(d, f) - 2 * d * d,),
+        "one_norm": lambda: (lambda d, f: block_params(d, f) - 2 * d,),
+    },
+    "check_pre_norm": {
+        "post_norm": lambda: (lambda b, x: pre_norm(b, x, "post"),),
+        "normalised_stream": lambda: (lambda b, x: pre_norm(b, x, "stream"),),
+        "no_first_residual": lambda: (lambda b, x: pre_norm(b, x, "no_first"),),
+        "no_second_residual": lambda: (lambda b, x: pre_norm(b, x, "no_second"),),
+        "one_norm": lambda: (lambda b, x: pre_norm(b, x, "one_norm"),),
+        "raw_key_value": lambda: (lambda b, x: pre_norm(b, x, "raw_kv"),),
+        "no_activation": lambda: (lambda b, x: pre_norm(b, x, "no_activation"),),
+        "pair": lambda: (lambda b, x: pre_norm(b, x, "pair"),),
+        "whole_block": lambda: (lambda b, x: b(x)[0],),
+    },
+    "check_score_flops": {
+        "multiply_add_once": lambda: (lambda b, length, d, h: b * length ** 2 * d,),
+        "both_products": lambda: (lambda b, length, d, h: 4 * b * length ** 2 * d,),
+        "heads_times_d_model": lambda: (lambda b, length, d, h: 2 * b * h * length ** 2 * d,),
+        "linear_in_length": lambda: (lambda b, length, d, h: 2 * b * length * d,),
+    },
+    "check_weights_mib": {
+        "megabytes": lambda: (lambda b, length, h, t: b * h * length ** 2
+                              * (torch.finfo(t).bits // 8) / 1e6,),
+        "bytes": lambda: (lambda b, length, h, t: b * h * length ** 2
+                          * (torch.finfo(t).bits // 8),),
+        "bits": lambda: (lambda b, length, h, t: b * h * length ** 2
+                         * torch.finfo(t).bits / 2 ** 20,),
+        "dtype_ignored": lambda: (lambda b, length, h, t: b * h * length ** 2 * 4 / 2 ** 20,),
+        "gibibytes": lambda: (lambda b, length, h, t: b * h * length ** 2
+                              * (torch.finfo(t).bits // 8) / 2 ** 30,),
+    },
+    "check_tiled_softmax": {
+        "whole_row": lambda: (lambda s, b: torch.softmax(s, dim=-1),),
+        "per_block": lambda: (lambda s, b: torch.cat(
+            [x.softmax(-1) for x in s.split(b, dim=-1)], dim=-1),),
+        "no_rescale": lambda: (lambda s, b: tiled_softmax(s, b, rescale=False),),
+        "one_pass": lambda: (lambda s, b: tiled_softmax(s, b, second_pass=False),),
+        "no_max": lambda: (lambda s, b: tiled_softmax(s, b, use_max=False),),
+    },
+    "check_masked_tiles": {
+        "nan": lambda: (lambda *a: masked_tiles(*a, safe=False),),
+        "empty_row_uniform": lambda: (lambda *a: masked_tiles(*a, fill=-1e9),),
+        "inverted": lambda: (lambda *a: masked_tiles(*a, invert=True),),
+        "unscaled": lambda: (lambda *a: masked_tiles(*a, scale=1.0),),
+        "whole_row": lambda: (lambda q, k, v, mask, b: masked_softmax(
+            q @ k.mT / 2, mask) @ v,),
+    },
+    "check_cache_bytes": {
+        "keys_only": lambda: (lambda n, h, d, length, b, s: n * h * d * length * b * s,),
+        "bits": lambda: (lambda n, h, d, length, b, s: 16 * n * h * d * length * b * s,),
+        "one_layer": lambda: (lambda n, h, d, length, b, s: 2 * h * d * length * b * s,),
+        "one_sequence": lambda: (lambda n, h, d, length, b, s: 2 * n * h * d * length * s,),
+    },
+    "check_expand_kv": {
+        "tiled": lambda: (lambda x, h: x.repeat(1, h // x.size(1), 1, 1),),
+        "repeat_interleave": lambda: (lambda x, h: x.repeat_interleave(h // x.size(1), 1),),
+        "copies_after_length": lambda: (lambda x, h: expand_kv(x, h, "after_length"),),
+        "view_not_contiguous": lambda: (lambda x, h: expand_kv(x, h, "view"),),
+        "group_size": lambda: (lambda x, h: x,),
+    },
+    "check_chunk_mask": {
+        "top_left": lambda: (lambda q, p: torch.arange(p + q)[None] <= torch.arange(q)[:, None],),
+        "no_cache": lambda: (lambda q, p: torch.arange(q)[None] <= torch.arange(q)[:, None],),
+        "no_diagonal": lambda: (lambda q, p: torch.arange(p + q)[None]
+                                < p + torch.arange(q)[:, None],),
+        "inverted": lambda: (lambda q, p: ~chunk_mask(q, p),),
+        "tril": lambda: (lambda q, p: causal_mask(q, p + q),),
+    },
+    "check_copy_batch": {
+        "reversed": lambda: (lambda n, g: copy_batch(n, g, "reversed"),),
+        "no_separator": lambda: (lambda n, g: copy_batch(n, g, "no_sep"),),
+        "separator_as_digit": lambda: (lambda n, g: copy_batch(n, g, "eleven"),),
+        "fresh_answer": lambda: (lambda n, g: copy_batch(n, g, "fresh"),),
+        "not_random": lambda: (lambda n, g: copy_batch(n, g, "zeros"),),
+        "generator_ignored": lambda: (lambda n, g: copy_batch(n, g, "global"),),
+    },
+    "check_answer_loss": {
+        "all_positions": lambda: (lambda lg, s: F.cross_entropy(lg.flatten(0, 1),
+                                                                 s[:, 1:].flatten()),),
+        "off_by_one": lambda: (lambda lg, s: answer_loss(lg, s, N, N),),
+        "with_separator": lambda: (lambda lg, s: answer_loss(lg, s, N - 1, N),),
+        "summed": lambda: (lambda lg, s: answer_loss(lg, s, reduction="sum"),),
+        "not_a_tensor": lambda: (lambda lg, s: answer_loss(lg, s).item(),),
+    },
+    "check_remove_head": {
+        "rows": lambda: (lambda m, h: remove_head(m, h, "rows"),),
+        "not_in_place": lambda: (lambda m, h: remove_head(m, h, "copy"),),
+        "first_block": lambda: (lambda m, h: remove_head(m, h, "first"),),
+        "query_rows": lambda: (lambda m, h: remove_head(m, h, "query"),),
+        "no_grad": lambda: (lambda m, h: remove_head(m, h, "no_grad"),),
+    },
+    "check_find_induction_head": {
+        "previous_token": lambda: (lambda w, k: best(w.diagonal(-1, -2, -1).mean(dim=(1, 3))),),
+        "twin": lambda: (lambda w, k: best(head_score(w, k, 0)),),
+        "swapped": lambda: (lambda w, k: best(head_score(w, k))[::-1],),
+        "random_head": lambda: (lambda w, k: (0, 0),),
+    },
+    "check_rotate_half": {
+        "signs_swapped": lambda: (lambda x: -rotate_half(x),),
+        "no_minus": lambda: (lambda x: torch.cat(x.chunk(2, -1)[::-1], -1),),
+        "interleaved": lambda: (lambda x: torch.stack(
+            [-x[..., 1::2], x[..., 0::2]], -1).flatten(-2),),
+        "reversed": lambda: (lambda x: x.flip(-1),),
+    },
+    "check_rotary_complex": {
+        "halves": lambda: (lambda x, p: apply_rotary(x, p),),
+        "complex_result": lambda: (lambda x, p: rope_complex(x, p, how="complex"),),
+        "positions_ignored": lambda: (lambda x, p: rope_complex(x, p, how="ignored"),),
+        "backwards": lambda: (lambda x, p: rope_complex(x, p, how="conj"),),
+        "exponent_i": lambda: (lambda x, p: rope_complex(x, p, how="exponent_i"),),
+        "not_complex": lambda: (lambda x, p: apply_rotary(x, p, interleaved=True),),
+    },
+    "check_unturned_pairs": {
+        "turned": lambda: (lambda d, b, n: d // 2 - unturned(d, b, n),),
+        "no_two_pi": lambda: (lambda d, b, n: unturned(d, b, n, turn=1.0),),
+        "all_features": lambda: (lambda d, b, n: unturned(d, b, n, pairs=d),),
+        "exponent_i": lambda: (lambda d, b, n: unturned(d, b, n, two=1),),
+    },
+    "check_window_mask_mod": {
+        "one_too_many": lambda: (lambda w: window_mod(w, "more"),),
+        "one_too_few": lambda: (lambda w: window_mod(w, "less"),),
+        "future": lambda: (lambda w: window_mod(w, "future"),),
+        "inverted": lambda: (lambda w: window_mod(w, "inverted"),),
+        "python_and": lambda: (lambda w: window_mod(w, "and"),),
+    },
+    "check_alibi_slopes": {
+        "naive": lambda: (slopes_power_of_two,),
+        "ascending": lambda: (lambda n: slopes(n)[::-1],),
+        "odd_extra": lambda: (lambda n: slopes(n, extra=slice(1, None, 2)),),
+        "negative": lambda: (lambda n: [-s for s in slopes(n)],),
+    },
+    "check_receptive_field": {
+        "window_per_layer": lambda: (lambda w, n: n * w,),
+        "one_layer": lambda: (lambda w, n: w - 1,),
+        "counts_itself": lambda: (lambda w, n: n * (w - 1) + 1,),
+    },
+    "check_absorbed_query": {
+        "not_per_head": lambda: (lambda q, w, h: q @ w,),
+        "head_minor": lambda: (lambda q, w, h: q @ w.unflatten(0, (-1, h)).transpose(0, 1),),
+        "transposed": lambda: (lambda q, w, h: q @ w.unflatten(0, (h, -1)).mT,),
+    },
+    "check_latent_cache_bytes": {
+        "per_head": lambda: (lambda c, r, length, b, s: 2 * 16 * length * b * s,),
+        "factor_two": lambda: (lambda c, r, length, b, s: 2 * (c + r) * length * b * s,),
+        "no_rope": lambda: (lambda c, r, length, b, s: c * length * b * s,),
+        "bits": lambda: (lambda c, r, length, b, s: 8 * (c + r) * length * b * s,),
+    },
+    "check_key_projection": {
+        "transposed": lambda: (lambda m: (m.k_up.weight @ m.kv_down.weight).T,),
+        "wrong_order": lambda: (lambda m: m.kv_down.weight @ m.k_up.weight,),
+        "values": lambda: (lambda m: m.v_up.weight @ m.kv_down.weight,),
+    },
+}
+
+PLANTED = [(checker, name) for checker, mistakes in WRONG.items() for name in mistakes]
+ANSWERS = [(checker, i) for checker, answers in RIGHT.items()
+           for i in range(len(answers))]
+
+
+def _check(checker: str, args: tuple):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():  # k.T on a batch warns: a planted mistake
+        warnings.simplefilter("ignore", UserWarning)
+        return getattr(exercises, checker)(*args)
+
+
+def test_every_checker_has_a_catalogue_and_every_mistake_a_planted_answer():
+    checkers = {n for n in exercises.__all__ if n.startswith("check_")}
+    assert set(CATALOGUE) == checkers
+    assert {c: {n.split("/")[0] for n in m} for c, m in WRONG.items()} == {
+        c: set(m) for c, m in CATALOGUE.items()}
+    # at least three classic mistakes per exercise
+    assert all(len(m) >= 3 for m in CATALOGUE.values())
+
+
+@pytest.mark.parametrize("checker, name", PLANTED, ids=[f"{c}-{n}" for c, n in PLANTED])
+def test_the_planted_mistake_is_refused_with_its_hint(checker, name):
+    verdict = _check(checker, WRONG[checker][name]())
+    mistake = CATALOGUE[checker][name.split("/")[0]]
+    assert not verdict, f"{checker} accepted the mistake {name!r}"
+    assert mistake.message in verdict.message, verdict.message
+    assert "Traceback" not in verdict.message
+
+
+@pytest.mark.parametrize("checker, i", ANSWERS, ids=[f"{c}-{i}" for c, i in ANSWERS])
+def test_a_right_answer_is_accepted(checker, i):
+    verdict = _check(checker, RIGHT[checker][i]())
+    assert verdict, repr(verdict)
+    assert repr(verdict).startswith("Correct: ")
+
+
+def test_every_exercise_accepts_two_styles():
+    assert set(RIGHT) == set(CATALOGUE)
+    assert all(len(answers) >= 2 for answers in RIGHT.values())
+
+
+def _headings(chapter: int) -> set[str]:
+    (path,) = BOOK.glob(f"{chapter:02d}_*.ipynb")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return {line.lstrip("#").strip()
+            for cell in cells if cell["cell_type"] == "markdown"
+            for line in "".join(cell["source"]).splitlines()
+            if re.match(r"#{1,6} ", line)}
+
+
+MISTAKES = [m for mistakes in CATALOGUE.values() for m in mistakes.values()]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES,
+                         ids=[f"{m.checker}-{m.name}" for m in MISTAKES])
+def test_the_section_a_hint_names_is_a_heading_of_its_chapter(mistake):
+    headings = _headings(mistake.chapter)
+    assert mistake.section in headings, (
+        f"{mistake.checker}/{mistake.name} points at {mistake.section!r}, "
+        f"not a heading of chapter {mistake.chapter}")
+    assert not mistake.section.startswith(("Exercise", "Solution", "Summary"))
+    assert f"'{plain(mistake.section)}' in chapter {mistake.chapter}" in mistake.message
+
+
+def test_a_renamed_heading_fails_the_heading_test():
+    mistake = CATALOGUE["check_attention"]["unscaled"]
+    renamed = type(mistake)(mistake.checker, mistake.name, mistake.hint,
+                            mistake.chapter, "Why we scale")
+    with pytest.raises(AssertionError):
+        test_the_section_a_hint_names_is_a_heading_of_its_chapter(renamed)
