@@ -294,6 +294,13 @@ def test_a_planted_undocumented_member_is_found() -> None:
                        "notebook accesses)"], missing
 
 
+def test_the_page_states_the_librarys_version() -> None:
+    import mha_lib
+    text = API_PAGE.read_text(encoding="utf-8")
+    assert f"`mha_lib` {mha_lib.__version__} (`mha_lib.__version__`)" in text, (
+        f"{API_PAGE.name} does not state mha_lib {mha_lib.__version__}")
+
+
 def test_hand_written_values_are_the_librarys(page: Documented) -> None:
     assert page.values, "the page's py:data entries state no :value:"
     for dotted, value in page.values.items():
