@@ -35,7 +35,7 @@ NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
 
 # `.. autoclass:: mha_lib.KVCache` and its option lines (`:members: a, b`).
 DIRECTIVE_RE = re.compile(
-    r"^\.\. (?P<kind>auto\w+|py:\w+):: (?P<target>[\w.]+)[^\n]*\n"
+    r"^\.\. (?P<kind>auto\w+|py:\w+):: (?P<target>[\w.:]+)[^\n]*\n"
     r"(?P<options>(?:[ \t]+:[\w-]+:[^\n]*\n)*)", re.MULTILINE)
 OPTION_RE = re.compile(r"^[ \t]+:(?P<name>[\w-]+):[ \t]*(?P<value>[^\n]*)$", re.MULTILINE)
 # Names every object has, and the methods nn.Module defines for all of its subclasses.
@@ -90,7 +90,8 @@ def documented(text: str) -> Documented:
     """Parse the autodoc (and py:) directives of a page's source."""
     out = Documented()
     for match in DIRECTIVE_RE.finditer(text):
-        kind, target = match["kind"], match["target"]
+        # `mha_lib::cache.LayerCache`: autodoc's explicit module, same object
+        kind, target = match["kind"], match["target"].replace("::", ".")
         options = {m["name"]: m["value"].strip() for m in OPTION_RE.finditer(match["options"])}
         if kind.startswith("py:"):  # hand-written: `.. py:data:: NAME` + `:module: m`
             dotted = f"{options['module']}.{target}" if "module" in options else target
