@@ -411,7 +411,7 @@ class LayerCache:
     def update(self, key: torch.Tensor, value: torch.Tensor,
                owner: object | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`KVCache.update` on this layer."""
+        """:meth:`~mha_lib.KVCache.update` on this layer."""
         return self.cache.update(key, value, self.index, owner)
 
     def __repr__(self) -> str:

@@ -82,8 +82,10 @@ def heatmaps(
     num = weights.size(0)
     cols = num if num <= 3 else 2
     rows = -(-num // cols)
-    width = COLUMN_INCHES - 0.15  # the colour bar's label and tight bounding box
-    height = min(width / cols, 3.4) * rows
+    width = COLUMN_INCHES - 0.15  # room for the tight bounding box
+    # each row as tall as its maps: (Lq / Lk) of a panel's width, plus labels
+    aspect = weights.size(1) / weights.size(2)
+    height = min(width / cols * aspect + 0.8, 3.4) * rows
     fig, axes = plt.subplots(rows, cols, figsize=(width, height),
                              squeeze=False, layout="constrained")
     flat = axes.ravel().tolist()

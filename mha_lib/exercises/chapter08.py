@@ -45,7 +45,7 @@ def check_concat_heads(
 ) -> Verdict:
     """Exercise 8.1: ``fn(heads)`` takes a list of ``H`` per-head outputs,
     each ``(B, L, D)``, and concatenates them with ``torch.cat`` into
-    ``(B, L, H*D)`` like :func:`merge_heads`."""
+    ``(B, L, H*D)`` like :func:`~mha_lib.merge_heads`."""
     generator = torch.Generator().manual_seed(8)
     for batch, heads, length, head_dim in ((3, 4, 6, 2), (2, 3, 5, 4),
                                            (1, 1, 2, 3)):

@@ -100,7 +100,7 @@ def check_unfold_weights(
 ) -> Verdict:
     """Exercise 9.2: ``fn(weights, num_heads)`` turns d2l's
     ``(B*H, Lq, Lk)`` attention weights into the ``(B, H, Lq, Lk)`` layout
-    of :class:`MultiHeadAttention`."""
+    of :class:`~mha_lib.MultiHeadAttention`."""
     generator = torch.Generator().manual_seed(9)
     for batch, heads, q_len, k_len in ((3, 4, 6, 6), (2, 3, 3, 5),
                                        (1, 2, 4, 1), (4, 2, 5, 5)):
@@ -182,9 +182,10 @@ def _compare_layers(d2l: D2LMultiHeadAttention,
 def check_d2l_to_mha(
     fn: Callable[[D2LMultiHeadAttention], MultiHeadAttention],
 ) -> Verdict:
-    """Exercise 9.3: ``fn(d2l)`` returns a :class:`MultiHeadAttention` with
-    the weights of ``d2l`` (a :class:`D2LMultiHeadAttention` whose sizes all
-    equal ``num_hiddens``), so that
+    """Exercise 9.3: ``fn(d2l)`` returns a
+    :class:`~mha_lib.MultiHeadAttention` with the weights of ``d2l`` (a
+    :class:`~mha_lib.D2LMultiHeadAttention` whose sizes all equal
+    ``num_hiddens``), so that
     ``mha(x, mask=padding_mask(valid_lens))[0]`` equals
     ``d2l(x, x, x, valid_lens)``, in training and in eval mode."""
     generator = torch.Generator().manual_seed(90)

@@ -115,8 +115,8 @@ def check_to_torch(
 ) -> Verdict:
     """Exercise 11.1: ``fn(m)`` returns an
     ``nn.MultiheadAttention(batch_first=True)`` with the weights of ``m``
-    (written by hand, without :func:`to_torch_mha`), the same in training
-    and in eval mode."""
+    (written by hand, without :func:`~mha_lib.to_torch_mha`), the same in
+    training and in eval mode."""
     if fn is to_torch_mha or "to_torch_mha" in source_names(fn):
         return TO_TORCH["library"].verdict()
     generator = torch.Generator().manual_seed(11)
