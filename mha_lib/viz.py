@@ -83,7 +83,7 @@ def heatmaps(
     cols = num if num <= 3 else 2
     rows = -(-num // cols)
     width = COLUMN_INCHES - 0.15  # room for the tight bounding box
-    # each row as tall as its maps: (Lq / Lk) of a panel's width, plus labels
+    # each row as tall as its maps: Lq / Lk of a panel's width, and labels
     aspect = weights.size(1) / weights.size(2)
     height = min(width / cols * aspect + 0.8, 3.4) * rows
     fig, axes = plt.subplots(rows, cols, figsize=(width, height),
