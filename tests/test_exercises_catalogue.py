@@ -187,6 +187,12 @@ def safe_softmax(scores, mask):
     return weights.masked_fill(empty, 0.0).to(scores.dtype)
 
 
+def _after_softmax(scores, mask):  # LLMs-from-scratch 3.5.1's other way
+    w = torch.softmax(scores.float(), dim=-1) * mask
+    w = w / w.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+    return w.to(scores.dtype)
+
+
 def _late_zero(scores, mask):  # -1e9, empty rows zeroed after: fine in float32
     w = torch.softmax(scores.masked_fill(~mask, -1e9), dim=-1)
     return w.masked_fill(~mask.any(-1, keepdim=True), 0.0)
@@ -930,6 +936,7 @@ WRONG = {
         "k_not_transposed": lambda: (lambda q, k, v: attention(q, k, v, transpose=False),),
         "dot_T": lambda: (lambda q, k, v: (lambda w: (w @ v, w))(
             torch.softmax(q @ k.T / math.sqrt(q.size(-1)), -1)),),
+        "swapped_qk": lambda: (lambda q, k, v: attention(k, q, v),),
         "swapped_pair": lambda: (lambda q, k, v: attention(q, k, v)[::-1],),
         "no_gradient": lambda: (lambda q, k, v: tuple(t.detach() for t in attention(q, k, v)),),
     },
@@ -947,6 +954,7 @@ WRONG = {
         "diagonal_only": lambda: (lambda s: torch.diag(s.softmax(-1)),),
         "sign": lambda: (lambda s: -jacobian(s),),
         "of_scores": lambda: (lambda s: torch.diag(s) - torch.outer(s, s),),
+        "elementwise": lambda: (lambda s: torch.diag(s.softmax(-1)) - s.softmax(-1) ** 2,),
     },
     "check_padding_mask": {
         "library": lambda: (padding_mask,),
@@ -977,6 +985,7 @@ WRONG = {
         "half_overflow": lambda: (_late_zero,),
         "dtype": lambda: (lambda s, m: safe_softmax(s.float(), m),),
         "inverted": lambda: (lambda s, m: safe_softmax(s, ~m),),
+        "after_softmax": lambda: (_after_softmax,),
         "softmax_dim": lambda: (lambda s, m: safe_softmax(s.float().mT, m.mT).mT.to(
             s.dtype),),
     },

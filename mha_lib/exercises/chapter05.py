@@ -51,9 +51,9 @@ SPLIT = catalogue(
              "(B, L, D, H)", _COLUMNS),
     wrong_permute=("that is (B, H, D, L): permute lists the old axes in "
                    "their new order, permute(0, 2, 1, 3)", _COLUMNS),
-    no_permute=("the exercise asks for permute (the chapter used "
-                "transpose): bring the axes in order with permute(0, 2, "
-                "1, 3)", _COLUMNS),
+    no_permute=("the numbers are right, and view then transpose(1, 2) "
+                "is the chapter's own split; this exercise practises "
+                "permute: view, then permute(0, 2, 1, 3)", _COLUMNS),
 )
 
 
@@ -105,8 +105,10 @@ MERGE = catalogue(
     dimension_major=("the features come out dimension by dimension, the "
                      "heads interleaved: permute to (B, L, H, D), not "
                      "(B, L, D, H)", _BACK),
-    no_permute=("the exercise asks for permute (the chapter used "
-                "transpose): permute(0, 2, 1, 3), then reshape", _BACK),
+    no_permute=("the numbers are right, and transpose(1, 2) then "
+                "reshape (or .contiguous().view) is the chapter's own "
+                "merge; this exercise practises permute: permute(0, 2, 1, "
+                "3), then reshape", _BACK),
 )
 
 

@@ -47,6 +47,14 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weights @ v, weights
 
 
+def _attend_swapped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys scored against queries, k @ q^T: a wrong answer that fits the
+    shapes when Lq = Lk."""
+    weights = torch.softmax(k @ q.transpose(-2, -1) * scale, dim=-1)
+    return weights @ v, weights
+
+
 def _explain_scores(mistake: Mistake):
     swaps = (torch.Tensor.transpose, torch.transpose,
              torch.Tensor.mT.__get__, torch.Tensor.T.__get__,
@@ -130,6 +138,9 @@ ATTENTION = catalogue(
                  "to one", _SOFTMAX),
     k_not_transposed=("k needs its last two axes swapped: q @ "
                       "k.transpose(-2, -1), (Lq, D) @ (D, Lk)", _SCORES),
+    swapped_qk=("that is k @ q^T, the keys scored against the queries: "
+                "row i of the weights must belong to query i, "
+                "q @ k.transpose(-2, -1)", _SCORES),
     dot_T=("k.T reverses every axis of a batched tensor: swap only the "
            "last two, k.transpose(-2, -1) or k.mT", _SCORES),
     swapped_pair=("the pair is (weights, output); return (output, "
@@ -168,6 +179,8 @@ def check_attention(
              partial(_attend, q, k, v, math.sqrt(d))),
             (ATTENTION["softmax_dim"],
              partial(_attend, q, k, v, d ** -0.5, dim=-2)),
+            (ATTENTION["swapped_qk"],
+             partial(_attend_swapped, q, k, v, d ** -0.5)),
         ]
         problem = _compare_pair(call, want, wrong)
         if problem is None:
@@ -238,6 +251,10 @@ JACOBIAN = catalogue(
     sign=("the signs are flipped: J = diag(p) - p p^T", _SOFTMAX),
     of_scores=("that uses the scores; the Jacobian is in terms of "
                "p = softmax(scores)", _SOFTMAX),
+    elementwise=("p * p is the element-wise square, a vector that "
+                 "broadcasts into every row; the second term is the outer "
+                 "product p p^T: torch.outer(p, p), or p[:, None] * "
+                 "p[None, :]", _SOFTMAX),
 )
 
 def _saved(graph: list, t: torch.Tensor) -> torch.Tensor:
@@ -285,6 +302,8 @@ def check_softmax_jacobian(
                 (JACOBIAN["sign"], torch.outer(p, p) - torch.diag(p)),
                 (JACOBIAN["of_scores"],
                  torch.diag(scores) - torch.outer(scores, scores)),
+                (JACOBIAN["elementwise"], torch.diag(p) - p * p),
+                (JACOBIAN["elementwise"], torch.diag(p) - (p * p)[:, None]),
             ])
         if problem is not None:
             return problem

@@ -24,6 +24,7 @@ _PADDING = "Padding masks from lengths"
 _CAUSAL = "Causal masks"
 _EMPTY = "A row with nothing to attend to"
 _HALF = "Half precision: why `-1e9` is not \"finite\" (optional)"
+_BEFORE_AFTER = "Before the softmax or after it?"
 
 PADDING = catalogue(
     "check_padding_mask", 7,
@@ -148,6 +149,11 @@ SAFE = catalogue(
            "like, then .to(scores.dtype)", "The library's masked softmax"),
     inverted=("the mask hides the keys where it is True; True means "
               "\"may attend\"", _PADDING),
+    after_softmax=("a query whose hidden key scores far above its visible "
+                   "ones gets no weight at all: masked after the softmax, "
+                   "the visible weights underflow to 0 before the "
+                   "renormalisation; fill the hidden scores with -inf "
+                   "before the softmax", _BEFORE_AFTER),
     softmax_dim=("the softmax runs over the queries (dim=-2); it runs "
                  "over the keys, the last axis",
                  "The softmax: weights that sum to one", 6),
@@ -179,6 +185,10 @@ def check_safe_softmax(
     mask = torch.rand(2, 4, 5, generator=g) > 0.4
     mask[0, 1] = False  # a query with nothing to attend to
     mask[1, 2] = True  # one that sees everything
+    # One whose hidden key outscores the visible ones by 120 (e^-120
+    # underflows float32): masking after the softmax loses the whole row.
+    scores[1, 3] = torch.tensor([0.0, 1.0, 120.0, 0.5, -1.0])
+    mask[1, 3] = torch.tensor([True, True, False, True, True])
     for dtype in (torch.float32, torch.float16):
         s = scores.to(dtype)
         call = attempt(fn, s.clone(), mask.clone(),
@@ -190,6 +200,9 @@ def check_safe_softmax(
         want = masked_softmax(s, mask)
         tol = 1e-5 if dtype == torch.float32 else 1e-3
         if isinstance(given, torch.Tensor) and given.shape == s.shape:
+            gap_row = given[1, 3].float()
+            if gap_row.isnan().any() or gap_row.abs().sum() < 1e-3:
+                return SAFE["after_softmax"].verdict(call.label)
             if given[0, 1].isnan().any():
                 return SAFE["nan"].verdict(call.label)
             if given.dtype != dtype:
