@@ -43,7 +43,7 @@ JARGON = [
     (re.compile(r"\bseed['\u2019]s\b", re.I), "\"seed's\""),
     # "seeds" unless random ones: "random seeds", "three random seeds" stay
     (re.compile(r"(?<!random )\bseeds\b", re.I), "\"seeds\" (say \"random seeds\" if meant)"),
-    (re.compile(r"\bgr[eo]w(?:s|n)?\s+(?:out\s+of|from)\b", re.I), "\"grew from\""),
+    (re.compile(r"\bgr(?:ew|own)\s+(?:out\s+of|from)\b", re.I), "\"grew from\""),
     (re.compile(r"\boriginal\s+notebooks?\b", re.I), "\"original notebook\""),
     (re.compile(r"\bsource\s+notebooks?\b", re.I), "\"source notebook\""),
 ]
@@ -66,12 +66,13 @@ ALLOWED = [
     "Averaged over five random seeds.", "the seed of the generator", "a generator seed",
     "A generator with its own seed makes every batch the same.", "seeded = make()",
     "the seed = 0 line", "Each random seed gives a different table.",
+    "the vocabulary grows from our 14 to tens of thousands",
 ]
 FORBIDDEN = [
     "as in seed 001", "Seeds 001 and 002 test `mask == 0`", "## Seed 004: bool",
     "(seed 003)", "the seed's names", "The seed splits the queries", "A mask for the seed",
     "in the seed notebook", "the notebooks this book grew from", "the seeds",
-    "one of the original notebooks", "seed004_attention", "our source notebook",
+    "one of the original notebooks", "the code it has grown out of", "seed004_attention", "our source notebook",
 ]
 
 
@@ -128,7 +129,7 @@ AUTODOC = re.compile(r"^\.\. auto(module|class|function|exception|data)::\s*(\S+
 
 
 def _resolve(dotted: str) -> object:
-    parts = dotted.split(".")
+    parts = dotted.replace("::", ".").split(".")  # autodoc's module::qualname form
     for i in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
