@@ -993,6 +993,8 @@ WRONG = {
         "wrong_axis": lambda: (lambda hs: torch.cat(hs, dim=0),),
         "interleaved": lambda: (lambda hs: torch.stack(hs, dim=-1).flatten(-2),),
         "reversed": lambda: (lambda hs: torch.cat(hs[::-1], dim=-1),),
+        "no_transpose": lambda: (lambda hs: torch.stack(hs, dim=1).reshape(
+            hs[0].shape[0], hs[0].shape[1], -1),),
         "no_cat": lambda: (lambda hs: torch.stack(hs, dim=-2).flatten(-2),),
     },
     "check_masked_self_attention": {

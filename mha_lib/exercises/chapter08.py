@@ -36,6 +36,10 @@ CONCAT = catalogue(
                  "on a last axis, then flattened); head h fills the block "
                  "of features h*D .. (h+1)*D - 1", _CONCAT),
     reversed=("the heads come in reverse order: head 0 first", _CONCAT),
+    no_transpose=("the heads are stacked as (B, H, L, D) and reshaped "
+                  "without moving H next to D: reshape then mixes "
+                  "positions and heads; transpose to (B, L, H, D) first",
+                  _CONCAT),
     no_cat=("the exercise concatenates with torch.cat", _CONCAT),
 )
 
@@ -64,6 +68,8 @@ def check_concat_heads(
                 (CONCAT["interleaved"],
                  torch.stack(per_head, dim=-1).flatten(-2)),
                 (CONCAT["reversed"], torch.cat(per_head[::-1], dim=-1)),
+                (CONCAT["no_transpose"],
+                 torch.stack(per_head, dim=1).reshape(batch, length, -1)),
             ])
         if problem is not None:
             return problem
