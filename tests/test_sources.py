@@ -128,7 +128,8 @@ AUTODOC = re.compile(r"^\.\. auto(module|class|function|exception|data)::\s*(\S+
 
 
 def _resolve(dotted: str) -> object:
-    parts = dotted.split(".")
+    # autodoc's ``mha_lib::mha.fused_sdpa`` (module :: object path) is mha_lib.mha.fused_sdpa
+    parts = dotted.replace("::", ".").split(".")
     for i in range(len(parts), 0, -1):
         try:
             obj = importlib.import_module(".".join(parts[:i]))
