@@ -49,6 +49,8 @@ CHAPTERS_RE = re.compile(
 NUMBER_RE = re.compile(r"\d+")
 COLAB_TITLE_RE = re.compile(r"^# ?@title\b[^\n]*\n?")
 INLINE_MATH_RE = re.compile(r"\$([^$\n]+)\$")
+# Characters of a signature that fit on one line of the API page's column at 1280 px.
+SIGNATURE_LINE = 72
 
 
 def chapter_docnames(toc: Path) -> dict[int, str]:
@@ -179,6 +181,10 @@ def _config_inited(app: Sphinx, config: object) -> None:
     else:
         options.update(use_repository_button=False, launch_buttons={})
     config.html_theme_options = options
+    # The API page: a signature longer than the text column holds on one line at 1280 px
+    # is shown one parameter per line, not wrapped mid-way.
+    if config.python_maximum_signature_line_length is None:
+        config.python_maximum_signature_line_length = SIGNATURE_LINE
 
 
 def _write_downloads(app: Sphinx, exception: Exception | None) -> None:
