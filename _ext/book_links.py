@@ -21,7 +21,10 @@
    own (``notebook_forms.standalone``).
 6. Citations read the same in the text and in the bibliography: author and year, in
    parentheses in the text, ``(Vaswani et al., 2017)`` or ``Vaswani et al. (2017)``, and
-   as the bibliography's labels, ``[Vaswani et al., 2017]``; entries sorted by author.
+   as the bibliography's labels, ``[Vaswani et al., 2017]``; entries sorted by author,
+   ignoring case and TeX braces (``{Gemma Team}`` under G).
+7. Each bibliography entry ends with "Cited in: ...", links to the pages whose text cites
+   it, read from the pages themselves at build time, so the list cannot drift.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ CHAPTERS_RE = re.compile(
 NUMBER_RE = re.compile(r"\d+")
 COLAB_TITLE_RE = re.compile(r"^# ?@title\b[^\n]*\n?")
 INLINE_MATH_RE = re.compile(r"\$([^$\n]+)\$")
+# Characters of a signature that fit on one line of the API page's column at 1280 px.
+SIGNATURE_LINE = 72
 
 
 def chapter_docnames(toc: Path) -> dict[int, str]:
@@ -132,12 +137,15 @@ def typeset_citation_math(doctree: nodes.Element) -> int:
 
 
 class CitationMath(SphinxPostTransform):
-    """:func:`typeset_citation_math`, after sphinxcontrib-bibtex's bibliography (5)."""
+    """:func:`typeset_citation_math`, after sphinxcontrib-bibtex's bibliography (3); on the
+    bibliography page, each entry's "Cited in" line too (7)."""
 
     default_priority = 50
 
     def run(self, **kwargs: object) -> None:
         typeset_citation_math(self.document)
+        if self.env.docname == BIBLIOGRAPHY_DOC and hasattr(self.app.builder, "get_relative_uri"):
+            add_cited_in(self.document, self.app)
 
 
 # --- 4. the book's form of a notebook ------------------------------------------------------
@@ -173,6 +181,10 @@ def _config_inited(app: Sphinx, config: object) -> None:
     else:
         options.update(use_repository_button=False, launch_buttons={})
     config.html_theme_options = options
+    # The API page: a signature longer than the text column holds on one line at 1280 px
+    # is shown one parameter per line, not wrapped mid-way.
+    if config.python_maximum_signature_line_length is None:
+        config.python_maximum_signature_line_length = SIGNATURE_LINE
 
 
 def _write_downloads(app: Sphinx, exception: Exception | None) -> None:
@@ -196,6 +208,7 @@ def _register_citation_styles() -> None:
     import sphinxcontrib.bibtex.plugin
     from pybtex.style.formatting.unsrt import Style as UnsrtStyle
     from pybtex.style.labels import BaseLabelStyle
+    from pybtex.style.sorting.author_year_title import SortingStyle as AuthorYearTitleSorting
     from sphinxcontrib.bibtex.style.referencing import BracketStyle
     from sphinxcontrib.bibtex.style.referencing.author_year import AuthorYearReferenceStyle
 
@@ -214,17 +227,32 @@ def _register_citation_styles() -> None:
             for entry in sorted_entries:
                 yield author_year_label(entry)
 
+    class AuthorYearSorting(AuthorYearTitleSorting):
+        """pybtex's author-year-title order, but case-insensitive and blind to TeX braces,
+        so that corporate authors written ``{{Gemma Team}}`` sort under G, not after Z."""
+
+        def person_key(self, person):  # noqa: ANN001, ANN202
+            return sort_key(super().person_key(person))
+
     class AuthorYearStyle(UnsrtStyle):
         default_label_style = "author_year"
-        default_sorting_style = "author_year_title"
+        default_sorting_style = "author_year_braces"
 
     pybtex.plugin.register_plugin("pybtex.style.labels", "author_year", AuthorYearLabels,
                                   force=True)
+    pybtex.plugin.register_plugin("pybtex.style.sorting", "author_year_braces",
+                                  AuthorYearSorting, force=True)
     pybtex.plugin.register_plugin("pybtex.style.formatting", "author_year", AuthorYearStyle,
                                   force=True)
     sphinxcontrib.bibtex.plugin.register_plugin("sphinxcontrib.bibtex.style.referencing",
                                                 "author_year_round", RoundAuthorYear,
                                                 force=True)
+
+
+def sort_key(name: str) -> str:
+    """A bibliography sort key: TeX braces dropped, lower case (``{Gemma Team}`` ->
+    ``gemma team``)."""
+    return re.sub(r"[{}]", "", name).lower()
 
 
 def author_year_label(entry: object) -> str:
@@ -239,7 +267,98 @@ def author_year_label(entry: object) -> str:
     return f"{names}, {entry.fields.get('year', '')}"
 
 
+# --- 7. where each work is cited ----------------------------------------------------------------
+
+BIBLIOGRAPHY_DOC = "book/references"
+CITE_ROLE_RE = re.compile(r"\{cite(?::\w+)?\}`(?P<keys>[^`]+)`")
+REFERENCES_LINK_RE = re.compile(r"\]\((?:\./)?references\.md#(?P<key>[\w-]+)\)")
+
+
+def toc_docnames(toc: Path) -> list[str]:
+    """Every page of _toc.yml in reading order: the root, then each part's chapters."""
+    data = yaml.safe_load(toc.read_text(encoding="utf-8"))
+    names = [str(data["root"])]
+    for part in data.get("parts", []):
+        names += [str(Path(c["file"]).with_suffix("")) for c in part.get("chapters", [])]
+    return names
+
+
+def cited_keys(markdown: str) -> set[str]:
+    """The BibTeX keys a page's Markdown cites: ``{cite:p}`` / ``{cite:t}`` roles and
+    notebook citation links ``[Vaswani et al. (2017)](references.md#key)``."""
+    keys = {k.strip() for m in CITE_ROLE_RE.finditer(markdown) for k in m["keys"].split(",")}
+    return keys | {m["key"] for m in REFERENCES_LINK_RE.finditer(markdown)}
+
+
+def citing_pages(root: Path) -> dict[str, list[str]]:
+    """BibTeX key -> the pages (docnames, in reading order) whose text cites it, the
+    bibliography page left out."""
+    cited: dict[str, list[str]] = {}
+    for name in toc_docnames(root / "_toc.yml"):
+        if name == BIBLIOGRAPHY_DOC:
+            continue
+        for suffix in (".md", ".ipynb"):
+            path = root / f"{name}{suffix}"
+            if path.is_file():
+                break
+        else:
+            continue
+        if suffix == ".ipynb":
+            nb = nbformat.read(path, as_version=4)
+            text = "\n\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        else:
+            text = path.read_text(encoding="utf-8")
+        for key in cited_keys(text):
+            cited.setdefault(key, []).append(name)
+    return cited
+
+
+def page_label(docname: str, chapters: dict[str, int]) -> str:
+    """``3`` for chapter 3, ``Appendix A``, ``Introduction``."""
+    if docname in chapters:
+        return str(chapters[docname])
+    match = re.search(r"appendix_([a-z])_", docname)
+    if match:
+        return f"Appendix {match[1].upper()}"
+    return "Introduction" if docname.endswith("intro") else docname.rsplit("/", 1)[-1]
+
+
+def add_cited_in(doctree: nodes.document, app: Sphinx) -> int:
+    """Append to each bibliography entry a line "Cited in: Introduction, chapters 3, 6,
+    Appendix A", each a link, from the pages' real citations; return how many lines."""
+    root = Path(app.confdir)
+    cited = citing_pages(root)
+    chapters = {name: n for n, name in chapter_docnames(root / "_toc.yml").items()}
+    count = 0
+    for citation in doctree.findall(nodes.citation):
+        key = next((i for i in citation["ids"] if i in cited), None)
+        if key is None:
+            continue
+        para = nodes.paragraph(classes=["cited-in"])
+        para += nodes.emphasis(text="Cited in: ")
+        numbered = [d for d in cited[key] if d in chapters]
+        others = [d for d in cited[key] if d not in chapters]
+        items: list[tuple[str, str]] = []  # (docname, link text)
+        items += [(d, page_label(d, chapters)) for d in others if d.endswith("intro")]
+        for i, d in enumerate(numbered):
+            word = ("chapters " if len(numbered) > 1 else "chapter ") if i == 0 else ""
+            items.append((d, word + str(chapters[d])))
+        items += [(d, page_label(d, chapters)) for d in others if not d.endswith("intro")]
+        for i, (docname, label) in enumerate(items):
+            if i:
+                para += nodes.Text(", ")
+            uri = app.builder.get_relative_uri(BIBLIOGRAPHY_DOC, docname)
+            para += nodes.reference("", label, internal=True, refuri=uri)
+        para += nodes.Text(".")
+        citation += para
+        count += 1
+    return count
+
+
 def setup(app: Sphinx) -> dict:
+    # The API page's overview tables ("At a glance": each name and the first line of its
+    # docstring); no stub pages are generated (no :toctree:).
+    app.setup_extension("sphinx.ext.autosummary")
     _register_citation_styles()
     app.add_config_value("book_repository", "", "env")
     app.connect("config-inited", _config_inited)

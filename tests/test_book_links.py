@@ -78,3 +78,35 @@ def test_tex_math_in_a_citation_becomes_a_math_node() -> None:
     paragraph = next(doc.findall(nodes.paragraph))
     assert [type(n).__name__ for n in paragraph.children] == ["Text", "math", "Text"]
     assert paragraph.children[1].astext() == "O(n^2)"
+
+
+def test_bibliography_sorts_without_case_or_braces() -> None:
+    """Corporate authors written ``{{Gemma Team}}`` sort under G, ``{bloc97}`` under B."""
+    import pybtex.plugin
+    from pybtex.database import parse_string
+
+    book_links._register_citation_styles()
+    bib = parse_string(
+        "@misc{z, author = {Zhang, Aston}, title = {Z}, year = {2023}}\n"
+        "@misc{g, author = {{Gemma Team}}, title = {G}, year = {2024}}\n"
+        "@misc{b, author = {{bloc97}}, title = {B}, year = {2023}}\n"
+        "@misc{d, author = {{DeepSeek-AI}}, title = {D}, year = {2024}}\n"
+        "@misc{v, author = {Vaswani, Ashish}, title = {V}, year = {2017}}\n", "bibtex")
+    style = pybtex.plugin.find_plugin("pybtex.style.formatting", "author_year")()
+    order = [e.key for e in style.sort(bib.entries.values())]
+    assert order == ["b", "d", "g", "v", "z"], order
+
+
+def test_cited_in_lists_the_pages_that_cite_an_entry() -> None:
+    """Every entry's "Cited in" comes from the pages' real citations, in reading order."""
+    cited = book_links.citing_pages(REPO)
+    assert "book/references" not in {d for docs in cited.values() for d in docs}
+    assert cited["vaswani2017attention"][0] == "book/intro"
+    text = "As [Vaswani et al. (2017)](references.md#vaswani2017attention) and " \
+           "{cite:p}`he2016deep,ba2016layer` show."
+    assert book_links.cited_keys(text) == {"vaswani2017attention", "he2016deep",
+                                           "ba2016layer"}
+    chapters = {"book/05_b": 5}
+    assert book_links.page_label("book/appendix_a_masks", chapters) == "Appendix A"
+    assert book_links.page_label("book/intro", chapters) == "Introduction"
+    assert book_links.page_label("book/05_b", chapters) == "5"
