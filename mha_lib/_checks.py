@@ -130,17 +130,14 @@ def _check_float_mask_values(mask: torch.Tensor) -> None:
                          "mask.bool()")
 
 
-@torch.compiler.assume_constant_result
 def _unchecked_mask_warning(where: str) -> bool:
-    """Run once while a compiler traces (it takes the result as a
-    constant), so the warning comes once per compilation."""
-    warnings.warn(
-        f"mask: a float mask is added to the scores as given; while "
-        f"{where} the code, its values cannot be read, so a float mask of "
-        f"only 0s and 1s (a keep/drop mask, which an eager call refuses) "
-        f"is not caught: pass a bool mask (True = may attend) for "
-        f"keep/drop", UserWarning, stacklevel=2)
-    return True
+    """Warn that a float mask's values were not checked. The warning lives
+    in its own module, imported here on first need: the decorator it needs
+    loads PyTorch's compiler, which ``import mha_lib`` would otherwise pay
+    for in every notebook and program."""
+    from mha_lib._trace_warning import unchecked_mask_warning
+
+    return unchecked_mask_warning(where)
 
 
 def check_positive_int(name: str, value: object) -> int:
