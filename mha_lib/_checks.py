@@ -16,7 +16,6 @@ it.
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
 
 import torch

@@ -72,7 +72,8 @@ FORBIDDEN = [
     "as in seed 001", "Seeds 001 and 002 test `mask == 0`", "## Seed 004: bool",
     "(seed 003)", "the seed's names", "The seed splits the queries", "A mask for the seed",
     "in the seed notebook", "the notebooks this book grew from", "the seeds",
-    "one of the original notebooks", "the code it has grown out of", "seed004_attention", "our source notebook",
+    "one of the original notebooks",
+    "the code it has grown out of", "seed004_attention", "our source notebook",
 ]
 
 
