@@ -3,6 +3,7 @@
 Run it (a minute or two, most of it compiling)::
 
     python -m mha_lib.flex_probe
+    python -m mha_lib.flex_probe --device cuda --length 4096 --dtype float16
 
 For each case (no mask; causal, sliding-window and padding block masks;
 ALiBi as a score_mod with a causal block mask) it compiles
@@ -12,11 +13,12 @@ dynamic=False), reports whether that worked, how long the first call took
 bias, and the median time of a call: eager FlexAttention, compiled, SDPA
 given the dense mask, and for the causal case SDPA's own
 ``is_causal=True`` (no mask tensor: the fastest way to ask for causal
-attention); B=1, H=8, L=1024, D=64 in float32.
+attention); B=1, H=8, D=64, by default L=1024 in float32 on the CPU.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 import traceback
@@ -33,29 +35,48 @@ from mha_lib.alibi import alibi_bias, alibi_slopes
 from mha_lib.masks import padding_mask, sliding_window_mask
 
 warnings.filterwarnings("ignore", message=".*flex_attention.*")
-B, H, L, D, W = 1, 8, 1024, 64, 256
+B, H, D, W = 1, 8, 64, 256
 
 
-def median_ms(fn, rounds: int = 5) -> float:
-    """Median wall time of ``fn()`` in ms, after one warm-up call."""
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def median_ms(fn, rounds: int = 5, device: str = "cpu") -> float:
+    """Median wall time of ``fn()`` in ms, after one warm-up call (on a GPU,
+    each call waited for)."""
     fn()
     times = []
     for _ in range(rounds):
+        _sync(device)
         start = time.perf_counter()
         fn()
+        _sync(device)
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print one row per case (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m mha_lib.flex_probe",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--dtype", default="float32",
+                        choices=["float32", "float16", "bfloat16"])
+    args = parser.parse_args(argv)
+    device, L, dtype = args.device, args.length, getattr(torch, args.dtype)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"B={B} H={H} L={L} D={D} float32, window {W}")
-    q, k, v = (torch.randn(B, H, L, D) for _ in range(3))
-    lens = torch.tensor([L - 100])
-    slopes = torch.tensor(alibi_slopes(H))
-    causal_dense = torch.ones(L, L, dtype=torch.bool).tril()
+    where = (torch.cuda.get_device_name(device) if device.startswith("cuda")
+             else f"CPU, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {where}, "
+          f"B={B} H={H} L={L} D={D} {args.dtype}, window {W}")
+    q, k, v = (torch.randn(B, H, L, D, device=device, dtype=dtype)
+               for _ in range(3))
+    lens = torch.tensor([L - 100], device=device)
+    slopes = torch.tensor(alibi_slopes(H), device=device)
+    causal_dense = torch.ones(L, L, dtype=torch.bool, device=device).tril()
 
     def causal(b, h, i, j):
         return i >= j
@@ -69,11 +90,13 @@ def main() -> None:
     def alibi(score, b, h, i, j):
         return score + slopes[h] * (j - i)
 
-    alibi_dense = alibi_bias(H, L).masked_fill(~causal_dense, float("-inf"))
+    alibi_dense = alibi_bias(H, L, device=device).masked_fill(
+        ~causal_dense, float("-inf")).to(dtype)
     cases = [
         ("no mask", None, None, None),
         ("causal", causal, None, causal_dense),
-        ("sliding window", window, None, sliding_window_mask(L, W)),
+        ("sliding window", window, None,
+         sliding_window_mask(L, W, device=device)),
         ("padding", padding, None, padding_mask(lens, L)),
         ("ALiBi + causal", causal, alibi, alibi_dense),
     ]
@@ -82,28 +105,32 @@ def main() -> None:
           f"{'is_causal':>9}")
     for name, mask_mod, score_mod, dense in cases:
         block = (None if mask_mod is None else create_block_mask(
-            mask_mod, None, None, L, L, device="cpu"))
+            mask_mod, None, None, L, L, device=device))
         reference = F.scaled_dot_product_attention(q, k, v, dense)
         torch.compiler.reset()  # a fresh compile per case
         compiled = torch.compile(flex_attention, dynamic=False)
         start = time.perf_counter()
         try:
             out = compiled(q, k, v, score_mod=score_mod, block_mask=block)
+            _sync(device)
             ok, first = "yes", time.perf_counter() - start
             diff = (out - reference).abs().max().item()
             compiled_ms = median_ms(lambda: compiled(  # noqa: B023
-                q, k, v, score_mod=score_mod, block_mask=block))  # noqa: B023
+                q, k, v, score_mod=score_mod, block_mask=block),  # noqa: B023
+                device=device)
         except Exception as error:  # noqa: BLE001 - report it, go on
             ok, first = "NO", time.perf_counter() - start
             diff = compiled_ms = float("nan")
             print(f"  {name}: {type(error).__name__}: {str(error)[:300]}")
             traceback.print_exc(limit=1)
         eager_ms = median_ms(lambda: flex_attention(  # noqa: B023
-            q, k, v, score_mod=score_mod, block_mask=block), rounds=3)  # noqa: B023
+            q, k, v, score_mod=score_mod, block_mask=block),  # noqa: B023
+            rounds=3, device=device)
         sdpa_ms = median_ms(lambda: F.scaled_dot_product_attention(  # noqa: B023
-            q, k, v, dense))  # noqa: B023
+            q, k, v, dense), device=device)  # noqa: B023
         causal_ms = (median_ms(lambda: F.scaled_dot_product_attention(
-            q, k, v, is_causal=True)) if name == "causal" else float("nan"))
+            q, k, v, is_causal=True), device=device)
+            if name == "causal" else float("nan"))
         print(f"{name:16} {ok:8} {first:10.1f} {diff:9.1e} {eager_ms:9.1f} "
               f"{compiled_ms:9.1f} {sdpa_ms:8.1f} {causal_ms:9.1f}")
 
