@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 import mha_lib
+import mha_lib.alibi
 from mha_lib import (
     GroupedQueryAttention,
     MultiHeadAttention,
@@ -127,7 +128,7 @@ def test_compiled_flex_attention_equals_the_dense_masks(case: str) -> None:
     n, window = 256, 32
     q, k, v = (torch.randn(2, H, n, 16, device="cuda") for _ in range(3))
     lens = torch.tensor([n, n - 40], device="cuda")
-    slopes = torch.tensor(mha_lib.alibi_slopes(H), device="cuda")
+    slopes = torch.tensor(mha_lib.alibi.alibi_slopes(H), device="cuda")
     score_mod = None
     if case == "causal":
         def mask_mod(b, h, i, j):
