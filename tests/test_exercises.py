@@ -86,6 +86,9 @@ def test_chapter_3_checkers():
     assert not check_sinusoidal(lambda n, d: power(n, d).flip(-1))  # (cos, sin) order
     library = check_sinusoidal(sinusoidal_encoding)  # exp and log: not this exercise's way
     assert not library and "exp and log" in library.message
+    assert "right numbers" in library.message
+    late = check_sinusoidal(lambda n, d: sinusoidal_encoding(n + 1, d)[1:])
+    assert not late and "start at 1" in late.message  # values first
     omega = 10000.0 ** (-torch.arange(0, 8, 2) / 8)
     blocks = [torch.tensor([[torch.cos(3 * w), torch.sin(3 * w)],
                             [-torch.sin(3 * w), torch.cos(3 * w)]]) for w in omega]

@@ -836,6 +836,7 @@ WRONG = {
     "check_vocab": {
         "no_pad": lambda: (build_vocab(SENTENCES),),
         "pad_last": lambda: ({**build_vocab(SENTENCES), "<pad>": 14},),
+        "shared_id": lambda: ({**build_vocab(SENTENCES), "<pad>": 0},),
         "unsorted": lambda: (_vocab_unsorted(),),
         "commas": lambda: (_sentences_vocab(),),
     },
@@ -903,6 +904,7 @@ WRONG = {
         "with_output": lambda: (4 * (512 * 512 + 512),),
         "per_head": lambda: (3 * (512 * 64 + 64),),
         "one_layer": lambda: (512 * 512 + 512,),
+        "times_heads": lambda: (8 * 3 * (512 * 512 + 512),),
     },
     "check_split_heads": {
         "plain_view": lambda: (lambda x, h: x.view(x.size(0), h, x.size(1), -1),),

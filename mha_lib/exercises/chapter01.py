@@ -92,6 +92,11 @@ VOCAB = catalogue(
     pad_last=("\"<pad>\" should come first, id 0, and the words after "
               "it: specials get the first ids",
               "Padding sentences of different lengths"),
+    shared_id=("two tokens share one id (adding \"<pad>\": 0 to the old "
+               "vocabulary leaves \"a\" at 0 too): ids must be distinct, "
+               "so with \"<pad>\" first every word moves up by one; pass "
+               "\"<pad>\" to build_vocab as a special token",
+               "Padding sentences of different lengths"),
     unsorted=("the words are numbered in the order they first appear; "
               "build_vocab sorts them, so the ids do not depend on the "
               "order of the sentences", "The vocabulary"),
@@ -121,6 +126,8 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
                               "sentences")
     if ("hello" in stoi) != ("hello" in expected):
         return VOCAB["commas"].verdict("stoi")
+    if len(set(stoi.values())) < len(stoi):
+        return VOCAB["shared_id"].verdict("stoi")
     if set(stoi) == set(expected):
         return VOCAB["unsorted"].verdict("stoi")
     missing = sorted(set(expected) - set(stoi))

@@ -22,10 +22,10 @@ _FORMULA = "The sinusoidal formula"
 
 SINUSOIDAL = catalogue(
     "check_sinusoidal", 3,
-    exp_log=("that computes the frequencies with exp and log (or calls "
-             "the library, which does); this exercise divides the "
-             "positions by the power 10000 ** (2 * i / d_model)",
-             "The library function"),
+    exp_log=("right numbers, computed with exp and log (or by the "
+             "library, which uses them); now write them in the power "
+             "form the exercise asks for: the positions divided by "
+             "10000 ** (2 * i / d_model)", "The library function"),
     concatenated=("the sines and cosines are concatenated (all sines, "
                   "then all cosines); the formula interleaves them: sin "
                   "in the even columns 0, 2, ..., cos in the odd ones",
@@ -66,15 +66,17 @@ def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
     :func:`~mha_lib.sinusoidal_encoding`, computed with the power
     ``10000 ** (2 * i / d_model)`` (no ``exp`` and ``log``)."""
     names = source_names(fn)
+    shortcut = None  # the first call that used exp and log, if any
     for length, d_model in ((6, 8), (1, 2), (50, 16), (100, 64)):
         call = attempt(fn, length, d_model)
         if call.verdict is not None:
             return call.verdict
-        if call.record.used(torch.exp, torch.Tensor.exp, torch.log,
-                            torch.Tensor.log) \
+        if shortcut is None and (
+                call.record.used(torch.exp, torch.Tensor.exp, torch.log,
+                                 torch.Tensor.log)
                 or names & {"exp", "log", "sinusoidal_encoding",
-                            "PositionalEncoding"}:
-            return SINUSOIDAL["exp_log"].verdict(call.label)
+                            "PositionalEncoding"}):
+            shortcut = call.label
         # Other ways of computing 10000^(2i/d) differ in the last bits;
         # angles up to 99 turn that into differences of about 1e-5, so
         # allow 1e-4.
@@ -94,6 +96,8 @@ def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
             ])
         if problem is not None:
             return problem
+    if shortcut is not None:  # the right numbers, not yet the power form
+        return SINUSOIDAL["exp_log"].verdict(shortcut)
     return Verdict(
         True,
         "the same table as mha_lib.sinusoidal_encoding for four sizes")

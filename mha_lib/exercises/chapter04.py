@@ -43,7 +43,7 @@ PROJECTION = catalogue(
     view=("x is not contiguous here (a transposed tensor, as a real "
           "pipeline makes), so view cannot flatten it: @ broadcasts over "
           "the leading axes, no reshape needed (or use reshape)",
-          "The way back: `merge_heads`", 5),
+          "All tokens at once"),
 )
 
 
@@ -192,6 +192,10 @@ PARAMETERS = catalogue(
               _LAYERS),
     one_layer=("that is one projection; there are three, for q, k and v",
                _LAYERS),
+    times_heads=("that multiplies by the number of heads, but the heads "
+                 "do not each get their own layers: they share out the "
+                 "output features of the same three d_model x d_model "
+                 "layers", _LAYERS),
 )
 
 
@@ -211,6 +215,8 @@ def check_projection_parameters(n: int, d_model: int = 512) -> Verdict:
         (PARAMETERS["per_head"], 3 * (d * d + d) // 8),
         (PARAMETERS["per_head"], 3 * (d * (d // 8) + d // 8)),
         (PARAMETERS["one_layer"], d * d + d),
+        (PARAMETERS["times_heads"], 8 * 3 * (d * d + d)),
+        (PARAMETERS["times_heads"], 8 * 3 * d * d),
     ])
     if problem is not None:
         return problem
