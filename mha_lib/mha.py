@@ -273,9 +273,25 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     query row that may attend nothing gets zeros, as on the explicit path.
 
     The kernel is let attend everything on such a row (finite numbers and
-    gradients), and the row is zeroed afterwards. ``mask`` is bool (True =
-    may attend) or float (added to the scores).
+    gradients), and the row is zeroed afterwards.
+
+    Args:
+        q, k, v: Queries ``(..., Lq, E)``, keys ``(..., Lk, E)``, values
+            ``(..., Lk, Dv)``, as ``F.scaled_dot_product_attention`` takes.
+        mask: ``None``, bool (True = may attend) or float (added to the
+            scores), broadcastable to ``(..., Lq, Lk)``.
+        dropout_p: Dropout on the weights, inside the kernel.
+        is_causal: As in ``F.scaled_dot_product_attention``: query ``i``
+            sees keys ``0`` to ``i`` (top-left). With ``mask``, both apply.
+        scale: The factor of the scores; ``None``: ``1/sqrt(E)``.
+        enable_gqa: Let ``k`` and ``v`` have fewer heads than ``q``.
     """
+    if mask is not None and is_causal:  # both apply, as in F.sdpa
+        causal = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool,
+                            device=q.device).tril()  # top-left, (Lq, Lk)
+        mask = (mask & causal if mask.dtype == torch.bool
+                else mask.masked_fill(~causal, float("-inf")))
+        is_causal = False
     if mask is None:
         return F.scaled_dot_product_attention(
             q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale,

@@ -268,3 +268,26 @@ def test_huge_inputs_through_the_module_stay_finite(dtype, need_weights):
     if dtype == torch.float32:
         out.sum().backward()
         assert all(torch.isfinite(p.grad).all() for p in m.parameters())
+
+
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_fused_sdpa_applies_both_mask_and_is_causal(float_mask: bool) -> None:
+    """mha.fused_sdpa mirrors F.scaled_dot_product_attention: given a mask and
+    is_causal=True, a query sees a key only where both allow (is_causal top-left);
+    a row left with nothing gets zeros."""
+    from mha_lib.mha import fused_sdpa
+
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 3, 5, 8, generator=gen)
+    k, v = (torch.randn(2, 3, 7, 8, generator=gen) for _ in range(2))
+    mask = torch.rand(2, 1, 5, 7, generator=gen) > 0.3
+    mask[:, :, 0] = False  # query 0 sees nothing
+    both = mask & torch.ones(5, 7, dtype=torch.bool).tril()
+    empty = ~both.any(dim=-1, keepdim=True)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=both | empty)
+    want = want.masked_fill(empty, 0.0)
+    given = (torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+             if float_mask else mask)
+    got = fused_sdpa(q, k, v, given, is_causal=True)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+    assert empty.any() and not got.isnan().any()
