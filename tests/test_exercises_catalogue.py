@@ -673,12 +673,15 @@ RIGHT = {
         lambda: (lambda x, h: x.view(x.size(0), x.size(1), h, -1).permute(0, 2, 1, 3),),
         lambda: (lambda x, h: x.reshape(*x.shape[:2], h, -1).permute(0, 2, 1, 3),),
         lambda: (lambda x, h: rearrange(x, "b l (h d) -> b h l d", h=h),),
+        # the chapter's transpose: right values, accepted with a pointer to permute
+        lambda: (lambda x, h: x.view(*x.shape[:2], h, -1).transpose(1, 2),),
     ],
     "check_merge_heads": [
         lambda: (lambda x: x.permute(0, 2, 1, 3).reshape(x.size(0), x.size(2), -1),),
         lambda: (lambda x: x.permute(0, 2, 1, 3).contiguous().view(
             x.size(0), x.size(2), -1),),
         lambda: (lambda x: rearrange(x, "b h l d -> b l (h d)"),),
+        lambda: (merge_heads,),  # transpose(1, 2): accepted, pointed to permute
     ],
     "check_head_columns": [
         lambda: (lambda x, h, n: x[..., h * (x.size(-1) // n):(h + 1) * (x.size(-1) // n)],),
@@ -912,7 +915,6 @@ WRONG = {
         "strided": lambda: (lambda x, h: x.view(*x.shape[:2], -1, h).permute(0, 3, 1, 2),),
         "wrong_permute": lambda: (lambda x, h: x.view(*x.shape[:2], h, -1).permute(
             0, 2, 3, 1),),
-        "no_permute": lambda: (lambda x, h: x.view(*x.shape[:2], h, -1).transpose(1, 2),),
     },
     "check_merge_heads": {
         "view_not_contiguous": lambda: (lambda x: x.transpose(1, 2).view(
@@ -920,7 +922,6 @@ WRONG = {
         "reshape_only": lambda: (lambda x: x.reshape(x.size(0), x.size(2), -1),),
         "dimension_major": lambda: (lambda x: x.permute(0, 2, 3, 1).reshape(
             x.size(0), x.size(2), -1),),
-        "no_permute": lambda: (merge_heads,),
     },
     "check_head_columns": {
         "strided": lambda: (lambda x, h, n: x[..., h::n],),
@@ -955,6 +956,7 @@ WRONG = {
             lambda x: x.softmax(-1), s),),
         "diagonal_only": lambda: (lambda s: torch.diag(s.softmax(-1)),),
         "sign": lambda: (lambda s: -jacobian(s),),
+        "no_diagonal": lambda: (lambda s: -torch.outer(s.softmax(-1), s.softmax(-1)),),
         "of_scores": lambda: (lambda s: torch.diag(s) - torch.outer(s, s),),
         "elementwise": lambda: (lambda s: torch.diag(s.softmax(-1)) - s.softmax(-1) ** 2,),
     },
@@ -1004,6 +1006,10 @@ WRONG = {
         "causal_only": lambda: _mha_output(lambda p, c: c),
         "either": lambda: _mha_output(lambda p, c: p | c),
         "inverted": lambda: _mha_output(lambda p, c: ~(p & c)),
+        "no_mask": lambda: _mha_output(lambda p, c: None),
+        "future": lambda: _mha_output(lambda p, c: p & c.mT),
+        "future/alone": lambda: _mha_output(lambda p, c: torch.ones(
+            6, 6, dtype=torch.bool).triu()),
         "pair": lambda: _mha_output(lambda p, c: p & c, whole=True),
     },
     "check_num_parameters": {
@@ -1011,6 +1017,11 @@ WRONG = {
         "bias_flag": lambda: (lambda d, h, bias: 4 * d * d + 4 * d,),
         "no_output": lambda: (lambda d, h, bias: 3 * d * d + 3 * d * bias,),
         "per_head": lambda: (lambda d, h, bias: 4 * d * (d // h) + 4 * (d // h) * bias,),
+        "head_matrices": lambda: (lambda d, h, bias: 4 * h * d * d + 4 * d * bias,),
+        "head_matrices/out_shared": lambda: (lambda d, h, bias: h * 3 * d * d + d * d
+                                             + 4 * d * bias,),
+        "head_squares": lambda: (lambda d, h, bias: 4 * h * (d // h) ** 2
+                                 + 4 * d * bias,),
         "built_module": lambda: (lambda d, h, bias: sum(
             p.numel() for p in MultiHeadAttention(d, h, bias=bias).parameters()),),
     },

@@ -51,9 +51,6 @@ SPLIT = catalogue(
              "(B, L, D, H)", _COLUMNS),
     wrong_permute=("that is (B, H, D, L): permute lists the old axes in "
                    "their new order, permute(0, 2, 1, 3)", _COLUMNS),
-    no_permute=("the numbers are right, and view then transpose(1, 2) "
-                "is the chapter's own split; this exercise practises "
-                "permute: view, then permute(0, 2, 1, 3)", _COLUMNS),
 )
 
 
@@ -86,8 +83,12 @@ def check_split_heads(
             ])
         if problem is not None:
             return problem
-        if not call.record.used(*_PERMUTE):
-            return SPLIT["no_permute"].verdict(call.label)
+        used_permute = call.record.used(*_PERMUTE)
+    if not used_permute:
+        return Verdict(
+            True, "right values, with the chapter's transpose(1, 2); the "
+                  "exercise asks for permute: try view, then "
+                  "permute(0, 2, 1, 3)")
     return Verdict(
         True,
         "(B, L, H*D) -> (B, H, L, D), head h = columns h*D..(h+1)*D-1")
@@ -105,10 +106,6 @@ MERGE = catalogue(
     dimension_major=("the features come out dimension by dimension, the "
                      "heads interleaved: permute to (B, L, H, D), not "
                      "(B, L, D, H)", _BACK),
-    no_permute=("the numbers are right, and transpose(1, 2) then "
-                "reshape (or .contiguous().view) is the chapter's own "
-                "merge; this exercise practises permute: permute(0, 2, 1, "
-                "3), then reshape", _BACK),
 )
 
 
@@ -145,8 +142,12 @@ def check_merge_heads(
             ])
         if problem is not None:
             return problem
-        if not call.record.used(*_PERMUTE):
-            return MERGE["no_permute"].verdict(call.label)
+        used_permute = call.record.used(*_PERMUTE)
+    if not used_permute:
+        return Verdict(
+            True, "right values, with the chapter's transpose(1, 2); the "
+                  "exercise asks for permute: try permute(0, 2, 1, 3), "
+                  "then reshape")
     return Verdict(
         True, "(B, H, L, D) -> (B, L, H*D); fn(split_heads(x, H)) is x")
 

@@ -27,6 +27,7 @@ _SHAPES = [((3, 4), 6, 6, 2, 2), ((2,), 3, 5, 4, 7), ((), 1, 4, 8, 3),
 
 _SCALE = "Why divide by $\\sqrt{d_k}$"
 _SOFTMAX = "The softmax: weights that sum to one"
+_SATURATES = "What goes wrong without the scale: softmax saturates"
 _SCORES = "Scores: one dot product per query and key"
 
 
@@ -245,16 +246,19 @@ def check_temperature(
 JACOBIAN = catalogue(
     "check_softmax_jacobian", 6,
     autograd=("that uses autograd; the exercise derives J by hand: "
-              "J = diag(p) - p p^T", _SOFTMAX),
+              "J = diag(p) - p p^T", _SATURATES),
     diagonal_only=("only the diagonal is there: the off-diagonal entries "
-                   "are -p_i p_j (J = diag(p) - p p^T)", _SOFTMAX),
-    sign=("the signs are flipped: J = diag(p) - p p^T", _SOFTMAX),
+                   "are -p_i p_j (J = diag(p) - p p^T)", _SATURATES),
+    no_diagonal=("only -p p^T is there: the diagonal also has +p_i, "
+                 "since d p_i / d s_i = p_i (1 - p_i); J = diag(p) - "
+                 "p p^T", _SATURATES),
+    sign=("the signs are flipped: J = diag(p) - p p^T", _SATURATES),
     of_scores=("that uses the scores; the Jacobian is in terms of "
-               "p = softmax(scores)", _SOFTMAX),
+               "p = softmax(scores)", _SATURATES),
     elementwise=("p * p is the element-wise square, a vector that "
                  "broadcasts into every row; the second term is the outer "
                  "product p p^T: torch.outer(p, p), or p[:, None] * "
-                 "p[None, :]", _SOFTMAX),
+                 "p[None, :]", _SATURATES),
 )
 
 def _saved(graph: list, t: torch.Tensor) -> torch.Tensor:
@@ -300,6 +304,7 @@ def check_softmax_jacobian(
                 (JACOBIAN["diagonal_only"], torch.diag(p)),
                 (JACOBIAN["diagonal_only"], torch.diag(p - p * p)),
                 (JACOBIAN["sign"], torch.outer(p, p) - torch.diag(p)),
+                (JACOBIAN["no_diagonal"], -torch.outer(p, p)),
                 (JACOBIAN["of_scores"],
                  torch.diag(scores) - torch.outer(scores, scores)),
                 (JACOBIAN["elementwise"], torch.diag(p) - p * p),

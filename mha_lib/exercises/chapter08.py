@@ -92,6 +92,12 @@ MASKED = catalogue(
     inverted=("the mask is inverted: in this book True means \"may "
               "attend\" (nn.MultiheadAttention's convention is the "
               "opposite)", _MASKS),
+    no_mask=("that is the output without any mask: every token still "
+             "sees pads and its future; pass mask=padding_mask(lengths) "
+             "& causal_mask(L)", _MASKS),
+    future=("the causal part is the upper triangle: each token sees "
+            "itself and its future instead of its past; causal_mask(L) "
+            "is the lower triangle, key j <= query i", _MASKS),
     pair=("output is the pair (output, weights) the module returns: "
           "take [0]", "Assembling the module"),
 )
@@ -140,6 +146,9 @@ def check_masked_self_attention(
             (MASKED["causal_only"], lambda: run(causal)),
             (MASKED["either"], lambda: run(pad | causal)),
             (MASKED["inverted"], lambda: run(~(pad & causal))),
+            (MASKED["no_mask"], lambda: run(None)),
+            (MASKED["future"], lambda: run(pad & causal.mT)),
+            (MASKED["future"], lambda: run(causal.mT)),
         ]),
         "padding AND causal: each token sees the real tokens up to itself")
 
@@ -155,6 +164,14 @@ PARAMETERS = catalogue(
                "layers, q, k, v and out", "The output projection"),
     per_head=("the heads only slice the four projections: their number "
               "does not enter the count", _MODULE),
+    head_matrices=("that gives every head its own d_model x d_model "
+                   "matrices; a head only gets D = d_model / H columns of "
+                   "each projection, so all heads together hold one "
+                   "d_model x d_model matrix per projection",
+                   "Concatenating the heads"),
+    head_squares=("that gives every head D x D matrices; a head reads all "
+                  "d_model input features, so its block of each projection "
+                  "is d_model x D", "Concatenating the heads"),
     built_module=("that builds a module and counts its parameters; the "
                   "exercise counts from the shapes alone", _MODULE),
 )
@@ -182,7 +199,12 @@ def _wrong_counts(d: int, h: int, bias: bool) -> list:
             (PARAMETERS["bias_flag"], 4 * d * d + 4 * d),
             (PARAMETERS["no_output"], 3 * d * d + 3 * b // 4),
             (PARAMETERS["per_head"], (4 * d * d + b) // h),
-            (PARAMETERS["per_head"], (4 * d * d + b) * h)]
+            (PARAMETERS["head_matrices"], (4 * d * d + b) * h),
+            (PARAMETERS["head_matrices"], 4 * h * d * d + b),
+            (PARAMETERS["head_matrices"], 3 * h * d * d + d * d + b),
+            (PARAMETERS["head_matrices"],
+             h * (3 * d * d + 3 * b // 4) + d * d + b // 4),
+            (PARAMETERS["head_squares"], 4 * h * (d // h) ** 2 + b)]
 
 
 def check_num_parameters(fn: Callable[[int, int, bool], int]) -> Verdict:
