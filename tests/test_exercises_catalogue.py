@@ -558,6 +558,14 @@ def rope_book(x, positions, base=10000.0):
     return torch.view_as_real(z).flatten(-2)
 
 
+def swap_halves_in_place(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    x1_old = x1.clone()
+    x1.copy_(-x2)
+    x2.copy_(x1_old)
+    return x
+
+
 def unturned(head_dim, base, length, turn=2 * math.pi, pairs=None, two=2):
     i = torch.arange((head_dim // 2) if pairs is None else pairs, dtype=torch.float64)
     return int((turn * base ** (two * i / head_dim) > length - 1).sum())
@@ -605,6 +613,13 @@ def slopes_recursive(n):
         return [start * start ** i for i in range(n)]
     p = 2 ** math.floor(math.log2(n))
     return slopes_recursive(p) + slopes_recursive(2 * p)[0::2][:n - p]
+
+
+def slopes_float32(n):
+    def power(m):  # float32, torch's default
+        return (2.0 ** (-8 * torch.arange(1, m + 1) / m)).tolist()
+    p = 2 ** math.floor(math.log2(n))
+    return power(p) + power(2 * p)[0::2][:n - p]
 
 
 def receptive_loop(window, num_layers):
@@ -791,7 +806,9 @@ RIGHT = {
     "check_rotary_complex": [lambda: (rope_complex,), lambda: (rope_book,)],
     "check_unturned_pairs": [lambda: (unturned,), lambda: (unturned_loop,)],
     "check_window_mask_mod": [lambda: (window_mod,), lambda: (window_mod_other,)],
-    "check_alibi_slopes": [lambda: (slopes,), lambda: (slopes_recursive,)],
+    "check_alibi_slopes": [lambda: (slopes,), lambda: (slopes_recursive,),
+                           lambda: (slopes_float32,),
+                           lambda: (lambda n: torch.tensor(slopes(n)),)],
     "check_receptive_field": [lambda: (lambda w, n: n * (w - 1),),
                               lambda: (receptive_loop,)],
     "check_absorbed_query": [lambda: (absorb_query,), lambda: (absorb_einsum,)],
@@ -1212,6 +1229,7 @@ WRONG = {
         "interleaved": lambda: (lambda x: torch.stack(
             [-x[..., 1::2], x[..., 0::2]], -1).flatten(-2),),
         "reversed": lambda: (lambda x: x.flip(-1),),
+        "in_place": lambda: (swap_halves_in_place,),
     },
     "check_rotary_complex": {
         "halves": lambda: (lambda x, p: apply_rotary(x, p),),
@@ -1237,6 +1255,7 @@ WRONG = {
     "check_alibi_slopes": {
         "naive": lambda: (slopes_power_of_two,),
         "ascending": lambda: (lambda n: slopes(n)[::-1],),
+        "sorted": lambda: (lambda n: sorted(slopes(n), reverse=True),),
         "odd_extra": lambda: (lambda n: slopes(n, extra=slice(1, None, 2)),),
         "negative": lambda: (lambda n: [-s for s in slopes(n)],),
     },

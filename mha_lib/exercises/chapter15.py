@@ -276,7 +276,7 @@ def check_remove_head(
 def _planted_weights(generator: torch.Generator, roles: dict,
                      num_layers: int, num_heads: int, k: torch.Tensor,
                      length: int) -> torch.Tensor:
-    """Causal weights ``(N, B, H, L, L)``: random rows, except the heads in
+    """Causal weights ``(layers, B, H, L, L)``: random rows, except the heads in
     ``roles`` ({(layer, head): offset}) whose queries in the second copy put
     most weight on key ``t - k + offset`` (1: induction, 0: the earlier
     twin itself) or, for offset None, on the previous token."""
@@ -309,7 +309,7 @@ INDUCTION = catalogue(
           "induction head looks at the token after it, key t - k + 1",
           _INDUCTION),
     swapped=("the pair is (layer, head), in that order: divmod(index, H) "
-             "of the flattened (N, H) scores", _INDUCTION),
+             "of the flattened (layers, H) scores", _INDUCTION),
     random_head=("that head's weights are random: score each head by its "
                  "weight on key t - k + 1 over the queries of the second "
                  "copy", _INDUCTION),
@@ -320,7 +320,7 @@ def check_find_induction_head(
     fn: Callable[[torch.Tensor, torch.Tensor], tuple[int, int]],
 ) -> Verdict:
     """Exercise 15.4: ``fn(weights, k)`` returns ``(layer, head)`` of the
-    induction head, for attention weights ``(N, B, H, L, L)`` (as
+    induction head, for attention weights ``(layers, B, H, L, L)`` (as
     ``model(idx, need_weights=True)`` returns them) of sequences whose
     first ``k`` tokens repeat once (``k`` is ``(B, 1)``)."""
     generator = torch.Generator().manual_seed(154)

@@ -91,6 +91,10 @@ SLOPES = catalogue(
            "twice as many heads", _ALIBI),
     ascending=("the slopes should fall from head to head: head 0 gets the "
                "largest, 2^(-8/H)", _ALIBI),
+    sorted=("the right slopes, in the wrong order: for H not a power of "
+            "two the extra heads come after the first p (their slopes "
+            "fall between those of the first p); sorting them from "
+            "steep to shallow gives heads other slopes", _ALIBI),
     odd_extra=("the extra heads take slopes 0, 2, 4, ... of twice as many "
                "heads ([0::2]), not 1, 3, 5, ...", _ALIBI),
     negative=("the slopes are positive; the bias is -slope * distance",
@@ -121,14 +125,26 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                                   f"numbers, got {call.value!r:.60}")
         expected = torch.tensor(alibi_slopes(num_heads),
                                 dtype=torch.float64)
+        # float32 (torch.arange, torch.tensor) is right: 6e-8 rounding
+        near = given.shape == expected.shape and torch.allclose(
+            given, expected, atol=0, rtol=1e-3)
+        if near and not torch.allclose(given, expected, atol=0,
+                                       rtol=1e-6):
+            worst = float(((given - expected) / expected).abs().max())
+            return Verdict(False, f"{call.label} is close to the slopes, "
+                                  f"but up to {worst:.1e} off relative to "
+                                  f"them, more than float32 rounding: "
+                                  f"check the exponents, -8 (h + 1) / H")
         problem = check_tensor(
-            call.label, given, expected, axes="(H,)", atol=1e-12,
-            rtol=1e-9, mistakes=[
+            call.label, given, expected, axes="(H,)", atol=0,
+            rtol=1e-6, mistakes=[
                 (SLOPES["naive"],
                  torch.tensor(_power_of_two(num_heads),
                               dtype=torch.float64)),
                 (SLOPES["ascending"], expected.flip(0)),
                 (SLOPES["ascending"], expected.sort().values),
+                (SLOPES["sorted"],
+                 expected.sort(descending=True).values),
                 (SLOPES["odd_extra"],
                  torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
                 (SLOPES["negative"], -expected),
