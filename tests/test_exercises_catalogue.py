@@ -489,6 +489,8 @@ def remove_head(model, head, how="right"):
         with torch.no_grad():
             if how == "rows":
                 block.attn.out_proj.weight[part] = 0.0
+            elif how == "values":
+                block.attn.v_proj.weight[part] = 0.0
             elif how == "query":
                 block.attn.q_proj.weight[part] = 0.0
                 block.attn.q_proj.bias[part] = 0.0
@@ -1209,6 +1211,8 @@ WRONG = {
         "with_separator": lambda: (lambda lg, s: answer_loss(lg, s, N - 1, N),),
         "summed": lambda: (lambda lg, s: answer_loss(lg, s, reduction="sum"),),
         "not_a_tensor": lambda: (lambda lg, s: answer_loss(lg, s).item(),),
+        "nll_on_logits": lambda: (lambda lg, s: F.nll_loss(lg[:, N:].flatten(0, 1),
+                                                           s[:, N + 1:].flatten()),),
     },
     "check_remove_head": {
         "rows": lambda: (lambda m, h: remove_head(m, h, "rows"),),
@@ -1216,6 +1220,7 @@ WRONG = {
         "first_block": lambda: (lambda m, h: remove_head(m, h, "first"),),
         "query_rows": lambda: (lambda m, h: remove_head(m, h, "query"),),
         "no_grad": lambda: (lambda m, h: remove_head(m, h, "no_grad"),),
+        "value_bias": lambda: (lambda m, h: remove_head(m, h, "values"),),
     },
     "check_find_induction_head": {
         "previous_token": lambda: (lambda w, k: best(w.diagonal(-1, -2, -1).mean(dim=(1, 3))),),
@@ -1251,6 +1256,8 @@ WRONG = {
         "future": lambda: (lambda w: window_mod(w, "future"),),
         "inverted": lambda: (lambda w: window_mod(w, "inverted"),),
         "python_and": lambda: (lambda w: window_mod(w, "and"),),
+        "both_sides": lambda: (lambda w: lambda b, h, q, kv: (q - kv).abs() < w,),
+        "transposed": lambda: (lambda w: lambda b, h, q, kv: (kv >= q) & (kv - q < w),),
     },
     "check_alibi_slopes": {
         "naive": lambda: (slopes_power_of_two,),

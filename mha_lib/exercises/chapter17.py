@@ -35,6 +35,12 @@ WINDOW = catalogue(
                  "window - 1)", _WINDOW),
     future=("the queries see the future: add the causal part "
             "q_idx >= kv_idx", _WINDOW),
+    both_sides=("that window reaches both ways, |q_idx - kv_idx| < window: "
+                "a decoder's query must not see later keys, so require "
+                "q_idx >= kv_idx", _WINDOW),
+    transposed=("query and key are swapped: the query at q_idx sees the "
+                "keys at q_idx - window + 1 .. q_idx, so kv_idx <= q_idx",
+                _FLEX),
     inverted=("the mask is True where a key is hidden; a mask_mod returns "
               "True where the query may attend", _FLEX),
     python_and=("the indices are tensors: combine the two conditions with "
@@ -77,6 +83,8 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
                 (WINDOW["one_too_few"],
                  partial(sliding_window_mask, length, window - 1)),
                 (WINDOW["future"], past.triu(-(window - 1))),
+                (WINDOW["both_sides"], expected | expected.T),
+                (WINDOW["transposed"], expected.T),
             ])
         if problem is not None:
             return problem
