@@ -489,6 +489,8 @@ def remove_head(model, head, how="right"):
         with torch.no_grad():
             if how == "rows":
                 block.attn.out_proj.weight[part] = 0.0
+            elif how == "values":
+                block.attn.v_proj.weight[part] = 0.0
             elif how == "query":
                 block.attn.q_proj.weight[part] = 0.0
                 block.attn.q_proj.bias[part] = 0.0
@@ -558,6 +560,14 @@ def rope_book(x, positions, base=10000.0):
     return torch.view_as_real(z).flatten(-2)
 
 
+def swap_halves_in_place(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    x1_old = x1.clone()
+    x1.copy_(-x2)
+    x2.copy_(x1_old)
+    return x
+
+
 def unturned(head_dim, base, length, turn=2 * math.pi, pairs=None, two=2):
     i = torch.arange((head_dim // 2) if pairs is None else pairs, dtype=torch.float64)
     return int((turn * base ** (two * i / head_dim) > length - 1).sum())
@@ -605,6 +615,13 @@ def slopes_recursive(n):
         return [start * start ** i for i in range(n)]
     p = 2 ** math.floor(math.log2(n))
     return slopes_recursive(p) + slopes_recursive(2 * p)[0::2][:n - p]
+
+
+def slopes_float32(n):
+    def power(m):  # float32, torch's default
+        return (2.0 ** (-8 * torch.arange(1, m + 1) / m)).tolist()
+    p = 2 ** math.floor(math.log2(n))
+    return power(p) + power(2 * p)[0::2][:n - p]
 
 
 def receptive_loop(window, num_layers):
@@ -794,7 +811,9 @@ RIGHT = {
     "check_rotary_complex": [lambda: (rope_complex,), lambda: (rope_book,)],
     "check_unturned_pairs": [lambda: (unturned,), lambda: (unturned_loop,)],
     "check_window_mask_mod": [lambda: (window_mod,), lambda: (window_mod_other,)],
-    "check_alibi_slopes": [lambda: (slopes,), lambda: (slopes_recursive,)],
+    "check_alibi_slopes": [lambda: (slopes,), lambda: (slopes_recursive,),
+                           lambda: (slopes_float32,),
+                           lambda: (lambda n: torch.tensor(slopes(n)),)],
     "check_receptive_field": [lambda: (lambda w, n: n * (w - 1),),
                               lambda: (receptive_loop,)],
     "check_absorbed_query": [lambda: (absorb_query,), lambda: (absorb_einsum,)],
@@ -1205,6 +1224,8 @@ WRONG = {
         "with_separator": lambda: (lambda lg, s: answer_loss(lg, s, N - 1, N),),
         "summed": lambda: (lambda lg, s: answer_loss(lg, s, reduction="sum"),),
         "not_a_tensor": lambda: (lambda lg, s: answer_loss(lg, s).item(),),
+        "nll_on_logits": lambda: (lambda lg, s: F.nll_loss(lg[:, N:].flatten(0, 1),
+                                                           s[:, N + 1:].flatten()),),
     },
     "check_remove_head": {
         "rows": lambda: (lambda m, h: remove_head(m, h, "rows"),),
@@ -1212,6 +1233,7 @@ WRONG = {
         "first_block": lambda: (lambda m, h: remove_head(m, h, "first"),),
         "query_rows": lambda: (lambda m, h: remove_head(m, h, "query"),),
         "no_grad": lambda: (lambda m, h: remove_head(m, h, "no_grad"),),
+        "value_bias": lambda: (lambda m, h: remove_head(m, h, "values"),),
     },
     "check_find_induction_head": {
         "previous_token": lambda: (lambda w, k: best(w.diagonal(-1, -2, -1).mean(dim=(1, 3))),),
@@ -1225,6 +1247,7 @@ WRONG = {
         "interleaved": lambda: (lambda x: torch.stack(
             [-x[..., 1::2], x[..., 0::2]], -1).flatten(-2),),
         "reversed": lambda: (lambda x: x.flip(-1),),
+        "in_place": lambda: (swap_halves_in_place,),
     },
     "check_rotary_complex": {
         "halves": lambda: (lambda x, p: apply_rotary(x, p),),
@@ -1246,10 +1269,13 @@ WRONG = {
         "future": lambda: (lambda w: window_mod(w, "future"),),
         "inverted": lambda: (lambda w: window_mod(w, "inverted"),),
         "python_and": lambda: (lambda w: window_mod(w, "and"),),
+        "both_sides": lambda: (lambda w: lambda b, h, q, kv: (q - kv).abs() < w,),
+        "transposed": lambda: (lambda w: lambda b, h, q, kv: (kv >= q) & (kv - q < w),),
     },
     "check_alibi_slopes": {
         "naive": lambda: (slopes_power_of_two,),
         "ascending": lambda: (lambda n: slopes(n)[::-1],),
+        "sorted": lambda: (lambda n: sorted(slopes(n), reverse=True),),
         "odd_extra": lambda: (lambda n: slopes(n, extra=slice(1, None, 2)),),
         "negative": lambda: (lambda n: [-s for s in slopes(n)],),
     },

@@ -146,3 +146,11 @@ def test_source_names_sees_the_readers_code():
     assert {"tril", "ones"} <= source_names(chunk)
     assert "chunk" not in source_names(chunk)
     assert source_names(len) == set()  # no source: nothing to say
+
+
+def test_slopes_close_but_not_right_never_hear_one_times():
+    from mha_lib.alibi import alibi_slopes
+    off = exercises.check_alibi_slopes(
+        lambda n: [s * (1 + 1e-4) for s in alibi_slopes(n)])
+    assert not off and "1 times" not in off.message, off.message
+    assert "float32 rounding" in off.message

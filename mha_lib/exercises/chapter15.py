@@ -119,6 +119,9 @@ LOSS = catalogue(
                     f"{N} answer tokens, seq[:, {N + 1}:]", _LOOP),
     summed=("that is the sum; the loss is the mean over the answer "
             "tokens (cross_entropy's default)", _LOOP),
+    nll_on_logits=("F.nll_loss expects log-probabilities, and these are "
+                   "raw logits: use F.cross_entropy, which applies "
+                   "log_softmax itself (or log_softmax them first)", _LOOP),
     not_a_tensor=("return the loss as a tensor: .item() (or float) cuts "
                   "it off from the graph, and training needs its "
                   "gradient", _LOOP),
@@ -170,6 +173,8 @@ def check_answer_loss(
                                                       N)),
         (LOSS["summed"], lambda: _answer_loss(logits, seq,
                                               reduction="sum")),
+        (LOSS["nll_on_logits"], lambda: F.nll_loss(
+            logits[:, N:].reshape(-1, vocab), seq[:, N + 1:].reshape(-1))),
     ])
     if problem is not None:
         return problem
@@ -198,6 +203,10 @@ REMOVE = catalogue(
     query_rows=("zeroing the head's query projection makes it attend "
                 "evenly, but it still writes its values: zero its columns "
                 "of out_proj.weight", _ABLATIONS),
+    value_bias=("zeroing the head's rows of v_proj.weight leaves its "
+                "value bias: the head still writes v_proj.bias (its "
+                "weights sum to 1); zero its columns of out_proj.weight",
+                _ABLATIONS),
     no_grad=("the weights require gradients, so an in-place change needs "
              "torch.no_grad() around it", _ABLATIONS),
 )
@@ -219,6 +228,8 @@ def _silenced(model: TinyTransformer, head: int, where: str,
                 block.attn.out_proj.weight[:, part] = 0.0
             elif where == "rows":
                 block.attn.out_proj.weight[part] = 0.0
+            elif where == "values":
+                block.attn.v_proj.weight[part] = 0.0
             else:
                 block.attn.q_proj.weight[part] = 0.0
                 block.attn.q_proj.bias[part] = 0.0
@@ -265,6 +276,7 @@ def check_remove_head(
                 (REMOVE["first_block"],
                  partial(logits, "columns", slice(1, 2))),
                 (REMOVE["query_rows"], partial(logits, "query")),
+                (REMOVE["value_bias"], partial(logits, "values")),
             ])
         if problem is not None:
             return problem
@@ -276,7 +288,7 @@ def check_remove_head(
 def _planted_weights(generator: torch.Generator, roles: dict,
                      num_layers: int, num_heads: int, k: torch.Tensor,
                      length: int) -> torch.Tensor:
-    """Causal weights ``(N, B, H, L, L)``: random rows, except the heads in
+    """Causal weights ``(layers, B, H, L, L)``: random rows, except the heads in
     ``roles`` ({(layer, head): offset}) whose queries in the second copy put
     most weight on key ``t - k + offset`` (1: induction, 0: the earlier
     twin itself) or, for offset None, on the previous token."""
@@ -309,7 +321,7 @@ INDUCTION = catalogue(
           "induction head looks at the token after it, key t - k + 1",
           _INDUCTION),
     swapped=("the pair is (layer, head), in that order: divmod(index, H) "
-             "of the flattened (N, H) scores", _INDUCTION),
+             "of the flattened (layers, H) scores", _INDUCTION),
     random_head=("that head's weights are random: score each head by its "
                  "weight on key t - k + 1 over the queries of the second "
                  "copy", _INDUCTION),
@@ -320,7 +332,7 @@ def check_find_induction_head(
     fn: Callable[[torch.Tensor, torch.Tensor], tuple[int, int]],
 ) -> Verdict:
     """Exercise 15.4: ``fn(weights, k)`` returns ``(layer, head)`` of the
-    induction head, for attention weights ``(N, B, H, L, L)`` (as
+    induction head, for attention weights ``(layers, B, H, L, L)`` (as
     ``model(idx, need_weights=True)`` returns them) of sequences whose
     first ``k`` tokens repeat once (``k`` is ``(B, 1)``)."""
     generator = torch.Generator().manual_seed(154)

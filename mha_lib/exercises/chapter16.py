@@ -35,6 +35,9 @@ ROTATE_HALF = catalogue(
                  "(-x2, x1) with x1, x2 the two halves", _LAYOUTS),
     reversed=("x.flip(-1) reverses the features; rotate half swaps the "
               "two halves, keeping each in order: (-x2, x1)", _LAYOUTS),
+    in_place=("it changes its input in place; x * cos + rotate_half(x) * "
+              "sin still needs x: build a new tensor, e.g. with torch.cat",
+              _PAIR),
 )
 
 
@@ -52,9 +55,12 @@ def check_rotate_half(fn: Callable[[torch.Tensor], torch.Tensor]
     generator = torch.Generator().manual_seed(16)
     for shape in ((5, 4), (2, 3, 6, 8), (1, 2)):
         x = torch.randn(*shape, generator=generator)
-        call = attempt(fn, x.clone())
+        given = x.clone()
+        call = attempt(fn, given)
         if call.verdict is not None:
             return call.verdict
+        if not torch.equal(given, x):
+            return ROTATE_HALF["in_place"].verdict(call.label)
         x1, x2 = x.chunk(2, dim=-1)
         problem = check_tensor(
             call.label, call.value, torch.cat([-x2, x1], dim=-1),

@@ -35,6 +35,12 @@ WINDOW = catalogue(
                  "window - 1)", _WINDOW),
     future=("the queries see the future: add the causal part "
             "q_idx >= kv_idx", _WINDOW),
+    both_sides=("that window reaches both ways, |q_idx - kv_idx| < window: "
+                "a decoder's query must not see later keys, so require "
+                "q_idx >= kv_idx", _WINDOW),
+    transposed=("query and key are swapped: the query at q_idx sees the "
+                "keys at q_idx - window + 1 .. q_idx, so kv_idx <= q_idx",
+                _FLEX),
     inverted=("the mask is True where a key is hidden; a mask_mod returns "
               "True where the query may attend", _FLEX),
     python_and=("the indices are tensors: combine the two conditions with "
@@ -77,6 +83,8 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
                 (WINDOW["one_too_few"],
                  partial(sliding_window_mask, length, window - 1)),
                 (WINDOW["future"], past.triu(-(window - 1))),
+                (WINDOW["both_sides"], expected | expected.T),
+                (WINDOW["transposed"], expected.T),
             ])
         if problem is not None:
             return problem
@@ -91,6 +99,10 @@ SLOPES = catalogue(
            "twice as many heads", _ALIBI),
     ascending=("the slopes should fall from head to head: head 0 gets the "
                "largest, 2^(-8/H)", _ALIBI),
+    sorted=("the right slopes, in the wrong order: for H not a power of "
+            "two the extra heads come after the first p (their slopes "
+            "fall between those of the first p); sorting them from "
+            "steep to shallow gives heads other slopes", _ALIBI),
     odd_extra=("the extra heads take slopes 0, 2, 4, ... of twice as many "
                "heads ([0::2]), not 1, 3, 5, ...", _ALIBI),
     negative=("the slopes are positive; the bias is -slope * distance",
@@ -121,14 +133,26 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                                   f"numbers, got {call.value!r:.60}")
         expected = torch.tensor(alibi_slopes(num_heads),
                                 dtype=torch.float64)
+        # float32 (torch.arange, torch.tensor) is right: 6e-8 rounding
+        near = given.shape == expected.shape and torch.allclose(
+            given, expected, atol=0, rtol=1e-3)
+        if near and not torch.allclose(given, expected, atol=0,
+                                       rtol=1e-6):
+            worst = float(((given - expected) / expected).abs().max())
+            return Verdict(False, f"{call.label} is close to the slopes, "
+                                  f"but up to {worst:.1e} off relative to "
+                                  f"them, more than float32 rounding: "
+                                  f"check the exponents, -8 (h + 1) / H")
         problem = check_tensor(
-            call.label, given, expected, axes="(H,)", atol=1e-12,
-            rtol=1e-9, mistakes=[
+            call.label, given, expected, axes="(H,)", atol=0,
+            rtol=1e-6, mistakes=[
                 (SLOPES["naive"],
                  torch.tensor(_power_of_two(num_heads),
                               dtype=torch.float64)),
                 (SLOPES["ascending"], expected.flip(0)),
                 (SLOPES["ascending"], expected.sort().values),
+                (SLOPES["sorted"],
+                 expected.sort(descending=True).values),
                 (SLOPES["odd_extra"],
                  torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
                 (SLOPES["negative"], -expected),
