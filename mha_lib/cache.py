@@ -19,13 +19,16 @@ the memory stays flat however long the decode.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 
 from mha_lib._checks import check_positive_int, check_tensor, shape_str
 
 __all__ = ["KVCache", "LayerCache", "as_layer_cache", "writer_id"]
+
+T = TypeVar("T")
 
 _WRITER_ID = "_kv_cache_writer_id"
 
@@ -53,6 +56,9 @@ class _Layer:
         self.seen = 0  # positions ever appended (the next token's position)
         self.owner: str | None = None  # writer_id of the writing module
         self.owner_name = ""  # its class, for messages
+        # What the owner derived once from its weights for this cache
+        # (LayerCache.derived): per layer, not per sequence.
+        self.derived: dict[str, object] = {}
 
     @property
     def kept(self) -> int:
@@ -388,7 +394,8 @@ def as_layer_cache(cache: object) -> LayerCache | None:
 
 
 class LayerCache:
-    """One layer of a :class:`KVCache`: ``update``, ``length``, ``kept``."""
+    """One layer of a :class:`KVCache`: ``update``, ``length``, ``kept``,
+    ``derived``."""
 
     def __init__(self, cache: KVCache, index: int):
         self.cache = cache
@@ -413,6 +420,22 @@ class LayerCache:
                ) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`~mha_lib.KVCache.update` on this layer."""
         return self.cache.update(key, value, self.index, owner)
+
+    def derived(self, name: str, make: Callable[[], T]) -> T:
+        """A value this layer's module derives once per cache from its
+        weights (the absorbed matrices of multi-head latent attention,
+        chapter 18): ``make()`` at the first call, the same value at every
+        later one. It is kept with the cache through ``copy.deepcopy``,
+        ``pickle`` and ``torch.save``, left as it is by ``reorder`` (it
+        belongs to the layer, not to a sequence), and dropped by
+        ``reset``. Like the cached keys and values, it was computed with
+        the weights of that moment: change the weights, start a new cache.
+        ``nbytes`` and ``allocated_nbytes`` count the keys and values
+        only."""
+        store = self.cache._layers[self.index].derived
+        if name not in store:
+            store[name] = make()
+        return store[name]
 
     def __repr__(self) -> str:
         return (f"LayerCache(layer={self.index}, length={self.length}, "

@@ -137,12 +137,19 @@ class MultiHeadLatentAttention(nn.Module):
                 into the output, attending over the latents directly (the
                 same result up to rounding). The maps of ``k_up`` and
                 ``v_up`` are read by calling each layer once on the ``C``
-                basis vectors and zero (``C * C * H * D`` multiply-adds,
-                fewer than rebuilding the keys and values of more than
-                ``C`` cached tokens), so they must be affine in their
-                input: a plain, wrapped (LoRA), hooked, pruned,
-                parametrized or quantized linear layer is; a layer with a
-                nonlinear hook is not, and needs ``absorb=False``.
+                basis vectors and zero (``2 (C + 1) C H D``
+                multiply-adds), so they must be affine in their input: a
+                plain, wrapped (LoRA), hooked, pruned, parametrized or
+                quantized linear layer is; a layer with a nonlinear hook
+                is not, and needs ``absorb=False``. With a ``cache`` and no
+                gradients recorded (``torch.no_grad``,
+                ``torch.inference_mode``: decoding), the two matrices are
+                read once, at the first absorbed call, and kept with the
+                cache for every later step (``LayerCache.derived``): like
+                the cached latents they hold the weights of that moment,
+                so change the weights, start a new cache. Otherwise each
+                call reads its own (gradients then reach ``k_up`` and
+                ``v_up``).
         """
         layer = self._check_inputs(x, mask, need_weights, is_causal, cache,
                                    absorb)
@@ -157,7 +164,7 @@ class MultiHeadLatentAttention(nn.Module):
         scale = (self.head_dim + self.rope_dim) ** -0.5
         if absorb:
             out, weights = self._absorbed(q, q_rope, latent, k_rope, mask,
-                                          need_weights, scale)
+                                          need_weights, scale, layer)
         else:
             out, weights = self._rebuilt(q, q_rope, latent, k_rope, mask,
                                          need_weights, scale)
@@ -208,14 +215,15 @@ class MultiHeadLatentAttention(nn.Module):
     def _absorbed(self, q: torch.Tensor, q_rope: torch.Tensor,
                   latent: torch.Tensor, k_rope: torch.Tensor,
                   mask: torch.Tensor | None, need_weights: bool,
-                  scale: float
+                  scale: float, layer: LayerCache | None
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention over the latents: ``q_h . W_uk[h] c = (W_uk[h]^T q_h)
         . c``, and ``sum_j w_j W_uv[h] c_j = W_uv[h] sum_j w_j c_j``.
         Returns ``(B, H, Lq, D)`` and the weights."""
-        w_uk = self._up_matrix(self.k_up, latent)  # (H, D, C + 1)
-        w_uv = self._up_matrix(self.v_up, latent)  # (H, D, C + 1)
-        # A 1 after each latent carries the layers' biases: [c, 1, k_r].
+        w_uk, w_uv = self._up_matrices(latent, layer)  # (H, D, C + 1) each
+        # [c, 1, k_r]: the 1 carries a bias of k_up or v_up (none by
+        # default; a wrapper or hook may add one) into the scores and
+        # outputs.
         one = torch.ones_like(latent[..., :1])  # (B, 1, Lk, 1)
         keys = torch.cat([latent, one, k_rope], dim=-1)  # (B, 1, Lk, C+1+R)
         values = keys[..., :-self.rope_dim]  # (B, 1, Lk, C + 1): [c, 1]
@@ -229,13 +237,28 @@ class MultiHeadLatentAttention(nn.Module):
         # up-projection
         return out @ w_uv.transpose(1, 2), weights
 
+    def _up_matrices(self, latent: torch.Tensor, layer: LayerCache | None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``k_up``'s and ``v_up``'s maps, ``(H, D, C + 1)`` each: read
+        once per cache when decoding without gradients (kept with the
+        cache), else at every call."""
+        def read() -> tuple[torch.Tensor, torch.Tensor]:
+            return (self._up_matrix(self.k_up, latent),
+                    self._up_matrix(self.v_up, latent))
+
+        if layer is None or torch.is_grad_enabled():
+            return read()  # gradients reach k_up and v_up through them
+        return layer.derived("absorbed_up", read)  # once per cache
+
     def _up_matrix(self, up: nn.Module, latent: torch.Tensor
                    ) -> torch.Tensor:
         """The affine map ``c -> W c + b`` of ``up`` (``C -> H * D``) as one
         matrix ``[W_h | b_h]`` per head, ``(H, D, C + 1)``: read by calling
         the layer on the ``C`` basis vectors and on zero, in ``latent``'s
         dtype and device, so that what the layer does (a wrapper, a hook,
-        a parametrization, quantization) is in it."""
+        a parametrization, quantization) is in it, as long as it is
+        affine. A forward hook on the layer sees those ``C + 1`` inputs,
+        not the latents."""
         size = self.kv_latent_dim
         basis = torch.eye(size + 1, size, dtype=latent.dtype,
                           device=latent.device)  # (C + 1, C): e_i, then 0
@@ -248,16 +271,29 @@ class MultiHeadLatentAttention(nn.Module):
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Explicit (weights returned) or fused attention of ``q``
         ``(B, H, Lq, E)`` over ``k`` ``(B, H|1, Lk, E)`` and ``v``."""
+        batch, heads, q_len, _ = q.shape
+        shared = k.size(1) == 1 and heads > 1
+        if shared:  # one key head for all: the H heads' queries as rows
+            q = q.reshape(batch, 1, heads * q_len, -1)  # (B, 1, H*Lq, E)
+            if mask is not None:  # (B|1, H|1, Lq, Lk) -> (B|1, 1, H*Lq, Lk)
+                mask = mask.expand(*mask.shape[:-3] or (1,), heads,
+                                   *mask.shape[-2:]).flatten(-3, -2)
+                mask = mask.unsqueeze(1)
         if need_weights:
-            return scaled_dot_product_attention(
+            out, weights = scaled_dot_product_attention(
                 q, k, v, mask, self.attn_dropout, scale=scale)
-        dropout_p = kernel_dropout(self.attn_dropout)
-        if k.size(1) != q.size(1):  # one shared head: broadcast, no copy
-            k = k.expand(-1, q.size(1), -1, -1)
-            v = v.expand(-1, q.size(1), -1, -1)
-        # Rows with nothing to attend to: zeros, as on the explicit path.
-        out = fused_kernel(q, k, v, mask, dropout_p, scale=scale)
-        return out, None  # (B, H, Lq, Dv)
+        else:
+            # Rows with nothing to attend to: zeros, as on the explicit
+            # path.
+            out = fused_kernel(q, k, v, mask,
+                               kernel_dropout(self.attn_dropout),
+                               scale=scale)
+            weights = None
+        if shared:  # back to (B, H, Lq, Dv) and (B, H, Lq, Lk)
+            out = out.unflatten(2, (heads, q_len)).squeeze(1)
+            if weights is not None:
+                weights = weights.unflatten(2, (heads, q_len)).squeeze(1)
+        return out, weights  # (B, H, Lq, Dv)
 
     def _check_inputs(self, x: torch.Tensor, mask: torch.Tensor | None,
                       need_weights: bool, is_causal: bool,

@@ -1288,11 +1288,13 @@ WRONG = {
         "not_per_head": lambda: (lambda q, w, h: q @ w,),
         "head_minor": lambda: (lambda q, w, h: q @ w.unflatten(0, (-1, h)).transpose(0, 1),),
         "transposed": lambda: (lambda q, w, h: q @ w.unflatten(0, (h, -1)).mT,),
+        "scaled": lambda: (lambda q, w, h: q @ w.unflatten(0, (h, -1)) / q.size(-1) ** 0.5,),
     },
     "check_latent_cache_bytes": {
         "per_head": lambda: (lambda c, r, length, b, s: 2 * 16 * length * b * s,),
         "factor_two": lambda: (lambda c, r, length, b, s: 2 * (c + r) * length * b * s,),
         "no_rope": lambda: (lambda c, r, length, b, s: c * length * b * s,),
+        "rope_twice": lambda: (lambda c, r, length, b, s: (c + 2 * r) * length * b * s,),
         "bits": lambda: (lambda c, r, length, b, s: 8 * (c + r) * length * b * s,),
     },
     "check_key_projection": {

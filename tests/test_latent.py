@@ -268,3 +268,154 @@ def test_interleaved_rotary_layout_is_the_permuted_half_layout(absorb):
     assert "interleaved=True" in repr(adjacent)
     with pytest.raises(TypeError, match="interleaved: expected a bool"):
         MultiHeadLatentAttention(16, 4, 6, 4, interleaved=1)
+
+
+# --- the absorbed matrices, read once per cache -----------------------------------------
+
+
+def decode(m, x, cache, absorb=True, prompt=3, need_weights=True):
+    """A prompt of `prompt` tokens, then one token at a time, without gradients."""
+    with torch.no_grad():
+        outs = [m(x[:, :prompt], is_causal=True, cache=cache, absorb=absorb,
+                  need_weights=need_weights)[0]]
+        outs += [m(x[:, t:t + 1], cache=cache, absorb=absorb, need_weights=need_weights)[0]
+                 for t in range(prompt, x.size(1))]
+    return torch.cat(outs, 1)
+
+
+def count_up_calls(m):
+    calls = {"k_up": 0, "v_up": 0}
+    for name in calls:
+        def hook(*_, n=name):
+            calls[n] += 1
+        getattr(m, name).register_forward_hook(hook)
+    return calls
+
+
+@param("need_weights", [True, False])
+def test_absorbed_matrices_are_read_once_per_cache(need_weights):
+    """Decoding without gradients, k_up and v_up are called once per cache (at the
+    prefill), not at every step; a new cache, or reset(), reads them again; and the
+    decode still equals the explicit form."""
+    torch.manual_seed(10)
+    m = MultiHeadLatentAttention(16, 4, 6, 4).eval()
+    x = torch.randn(2, 9, 16)
+    explicit = decode(m, x, KVCache(), absorb=False, need_weights=need_weights)
+    calls = count_up_calls(m)
+    cache = KVCache()
+    absorbed = decode(m, x, cache, need_weights=need_weights)  # 1 prefill + 6 steps
+    assert calls == {"k_up": 1, "v_up": 1}
+    torch.testing.assert_close(absorbed, explicit, atol=1e-6, rtol=1e-5)
+    decode(m, x, cache.reset(), need_weights=need_weights)
+    decode(m, x, KVCache(), need_weights=need_weights)
+    assert calls == {"k_up": 3, "v_up": 3}
+    # without a cache, or recording gradients, each call reads its own
+    m(x, is_causal=True, absorb=True)
+    with torch.no_grad():
+        m(x, is_causal=True, absorb=True)
+    grad_cache = KVCache()
+    m(x[:, :3], is_causal=True, cache=grad_cache, absorb=True)
+    m(x[:, 3:4], cache=grad_cache, absorb=True)
+    assert calls == {"k_up": 7, "v_up": 7}
+
+
+def test_absorbed_matrices_of_a_cache_are_those_of_its_prefill():
+    """Kept matrices hold the weights of the prefill, as the cached latents do: change
+    the weights, start a new cache (which follows them)."""
+    torch.manual_seed(11)
+    m = MultiHeadLatentAttention(16, 4, 6, 4).eval()
+    x = torch.randn(1, 6, 16)
+    cache = KVCache()
+    with torch.no_grad():
+        m(x[:, :5], is_causal=True, cache=cache, absorb=True)
+        m.v_up.weight.mul_(2.0)
+        stale, _ = m(x[:, 5:], cache=cache, absorb=True)
+    new = decode(m, x, KVCache(), prompt=5)[:, 5:]
+    explicit = decode(m, x, KVCache(), absorb=False, prompt=5)[:, 5:]
+    torch.testing.assert_close(new, explicit)
+    assert not torch.allclose(stale, new)
+
+
+class LoRA(torch.nn.Module):
+    """A frozen linear layer plus a trainable low-rank update, as LoRA wraps one."""
+
+    def __init__(self, base, rank=2):
+        super().__init__()
+        self.base = base
+        self.a = torch.nn.Linear(base.in_features, rank, bias=False)
+        self.b = torch.nn.Linear(rank, base.out_features, bias=False)
+        torch.nn.init.normal_(self.b.weight)
+
+    def forward(self, x):
+        return self.base(x) + self.b(self.a(x))
+
+
+def test_absorbed_cached_decode_follows_a_lora_wrapper():
+    torch.manual_seed(12)
+    m = MultiHeadLatentAttention(16, 4, 6, 4).eval()
+    m.k_up, m.v_up = LoRA(m.k_up), LoRA(m.v_up)
+    x = torch.randn(2, 7, 16)
+    full, _ = m(x, is_causal=True)
+    torch.testing.assert_close(decode(m, x, KVCache()), full)
+    torch.testing.assert_close(decode(m, x, KVCache(), need_weights=False), full)
+
+
+@param("how", ["deepcopy", "pickle", "torch.save"])
+def test_a_copied_cache_keeps_its_absorbed_matrices(how):
+    """A used cache, copied (with its module, as the owner check wants), continues the
+    decode as the original does, without reading k_up and v_up again; reorder (beam
+    search) keeps the matrices, which belong to the layer, not to a sequence."""
+    import copy
+    import io
+    import pickle
+
+    torch.manual_seed(13)
+    m = MultiHeadLatentAttention(16, 4, 6, 4).eval()
+    x = torch.randn(2, 8, 16)
+    cache = KVCache()
+    decode(m, x[:, :5], cache)
+    if how == "deepcopy":
+        m2, cache2 = copy.deepcopy((m, cache))
+    elif how == "pickle":
+        m2, cache2 = pickle.loads(pickle.dumps((m, cache)))
+    else:
+        buffer = io.BytesIO()
+        torch.save(cache, buffer)
+        buffer.seek(0)
+        with torch.serialization.safe_globals([KVCache]):
+            cache2 = torch.load(buffer, weights_only=True)
+        m2 = m
+    calls = count_up_calls(m2)
+    with torch.no_grad():
+        theirs = [m2(x[:, t:t + 1], cache=cache2, absorb=True)[0] for t in range(5, 8)]
+        ours = [m(x[:, t:t + 1], cache=cache, absorb=True)[0] for t in range(5, 8)]
+    torch.testing.assert_close(torch.cat(theirs, 1), torch.cat(ours, 1))
+    assert calls == {"k_up": 0, "v_up": 0}
+    beams = torch.tensor([1, 1, 0])
+    cache2.reorder(beams)
+    with torch.no_grad():
+        m2(torch.zeros(3, 1, 16), cache=cache2, absorb=True)
+        assert calls == {"k_up": 0, "v_up": 0}
+        m2(torch.zeros(3, 1, 16), cache=cache2.reset(), absorb=True)
+    assert calls == {"k_up": 1, "v_up": 1}  # the reset cache reads them again
+
+
+def test_cached_absorbed_decode_compiles_fullgraph():
+    """A decode step that reads the kept matrices (or keeps them, on a new cache)
+    captures as one graph, with the numbers of eager."""
+    torch.manual_seed(14)
+    m = MultiHeadLatentAttention(16, 4, 6, 4).eval()
+    x = torch.randn(2, 6, 16)
+    full, _ = m(x, is_causal=True)
+
+    def step(t, cache):
+        return m(t, cache=cache, absorb=True, need_weights=False)[0]
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    for prefill in (True, False):
+        cache, outs = KVCache(), []
+        with torch.no_grad():
+            if prefill:
+                outs.append(m(x[:, :1], cache=cache, absorb=True)[0])
+            outs += [compiled(x[:, t:t + 1], cache) for t in range(len(outs), 6)]
+        torch.testing.assert_close(torch.cat(outs, 1), full)

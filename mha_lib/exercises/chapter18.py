@@ -33,6 +33,9 @@ ABSORB = catalogue(
                 "unflatten(0, (H, D)), not (D, H)", _LATENT),
     transposed=("the latent query is W_uk[h]^T q_h: with q as rows that "
                 "is q @ w_uk[h], not q @ w_uk[h].T", _ABSORBED),
+    scaled=("no scale here: the latent query only moves W_uk[h] to the "
+            "query side; the scores are scaled later, by 1/sqrt(D + R), "
+            "as in the explicit form", _ABSORBED),
 )
 
 
@@ -70,6 +73,8 @@ def check_absorbed_query(
                     torch.matmul, q, w_uk.unflatten(
                         0, (head_dim, heads)).transpose(0, 1))),
                 (ABSORB["transposed"], partial(torch.matmul, q, blocks.mT)),
+                (ABSORB["scaled"], partial(torch.div, expected,
+                                           head_dim ** 0.5)),
             ])
         if problem is not None:
             return problem
@@ -93,6 +98,9 @@ CACHE = catalogue(
                 _TABLE),
     no_rope=("the rotary key is cached too, beside the latent: C + R "
              "numbers per token", "Positions need their own key"),
+    rope_twice=("one rotary key of R numbers per token, shared by all "
+                "heads; the values have no rotary part, and the queries "
+                "are not cached: C + R", "Positions need their own key"),
     bits=("that counts bits: bytes_per_number is already in bytes",
           _TABLE),
 )
@@ -124,6 +132,7 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["factor_two"], 2 * full),
             (CACHE["factor_two"], (2 * latent + rope) * tokens),
             (CACHE["no_rope"], latent * tokens),
+            (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
             (CACHE["bits"], 8 * full),
         ])
         if problem is not None:
