@@ -281,6 +281,9 @@ def torch_masks_arange(valid_lens, length):
 
 def sdpa(m, x, mask=None, how="right"):
     q, k, v = (split_heads(p(x), m.num_heads) for p in (m.q_proj, m.k_proj, m.v_proj))
+    if how == "view_split":  # the heads cut out of the sequence
+        q, k, v = (p(x).view(x.size(0), m.num_heads, x.size(1), -1)
+                   for p in (m.q_proj, m.k_proj, m.v_proj))
     if how == "inverted":
         mask = ~mask if mask is not None else None
     elif how == "float":
@@ -1075,6 +1078,8 @@ WRONG = {
                                 / q.size(-1),),
         "multiplied": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k)
                                * q.size(-1) ** 0.5,),
+        "scaled_by_d_model": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k)
+                                      / (q.size(1) * q.size(-1)) ** 0.5,),
         "keys_first": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhtl", q, k)
                                / q.size(-1) ** 0.5,),
         "not_one_einsum": lambda: (lambda q, k: q @ k.mT / q.size(-1) ** 0.5,),
@@ -1088,6 +1093,8 @@ WRONG = {
             len(n), -1, -1),),
         "half_inverted": lambda: (lambda n, length: ~padding_mask(n, length)[:, 0]
                                   & causal_mask(length),),
+        "blocked_only_if_both": lambda: (lambda n, length: ~padding_mask(n, length)[:, 0]
+                                         & ~causal_mask(length),),
         "head_axis": lambda: (lambda n, length: ~(padding_mask(n, length)
                                                   & causal_mask(length)),),
         "not_from_library": lambda: (lambda n, length: (
@@ -1103,6 +1110,10 @@ WRONG = {
                                     + (h * dk + 1) * d + 2 * d,),
         "square_fc": lambda: (lambda h, d, dk, dv: (d + 1) * h * (2 * dk + dv)
                               + (d + 1) * d + 2 * d,),
+        "values_d_k": lambda: (lambda h, d, dk, dv: (d + 1) * h * 3 * dk
+                               + (h * dk + 1) * d + 2 * d,),
+        "queries_keys_d_v": lambda: (lambda h, d, dk, dv: (d + 1) * h * 3 * dv
+                                     + (h * dv + 1) * d + 2 * d,),
     },
     "check_to_torch": {
         "order": lambda: (lambda m: my_to_torch(m, order="kqv"),),
@@ -1133,6 +1144,7 @@ WRONG = {
         "is_causal": lambda: (lambda m, x, mask: sdpa(m, x, None, "is_causal"),),
         "no_out_proj": lambda: (lambda m, x, mask: sdpa(m, x, mask, "no_out_proj"),),
         "no_transpose": lambda: (lambda m, x, mask: sdpa(m, x, mask, "no_transpose"),),
+        "view_split": lambda: (lambda m, x, mask: sdpa(m, x, mask, "view_split"),),
         "nan_row": lambda: (lambda m, x, mask: sdpa(m, x, mask, "nan"),),
         "no_sdpa": lambda: (lambda m, x, mask: m(x, mask=mask, need_weights=False)[0],),
         "no_gradient": lambda: (lambda m, x, mask: sdpa(m, x, mask, "detached"),),
@@ -1143,6 +1155,9 @@ WRONG = {
         "biases_and_norms": lambda: (lambda d, f: 4 * d * d + 2 * d * f,),
         "two_attention_matrices": lambda: (lambda d, f: block_params(d, f) - 2 * d * d,),
         "one_norm": lambda: (lambda d, f: block_params(d, f) - 2 * d,),
+        "no_biases": lambda: (lambda d, f: 4 * d * d + 2 * d * f + 4 * d,),
+        "no_output_projection": lambda: (
+            lambda d, f: block_params(d, f) - d * d - d,),
     },
     "check_pre_norm": {
         "post_norm": lambda: (lambda b, x: pre_norm(b, x, "post"),),
@@ -1176,6 +1191,9 @@ WRONG = {
         "whole_row": lambda: (lambda s, b: torch.softmax(s, dim=-1),),
         "per_block": lambda: (lambda s, b: torch.cat(
             [x.softmax(-1) for x in s.split(b, dim=-1)], dim=-1),),
+        "per_block_averaged": lambda: (lambda s, b: torch.cat(
+            [x.softmax(-1) for x in s.split(b, dim=-1)], dim=-1)
+            / len(s.split(b, dim=-1)),),
         "no_rescale": lambda: (lambda s, b: tiled_softmax(s, b, rescale=False),),
         "one_pass": lambda: (lambda s, b: tiled_softmax(s, b, second_pass=False),),
         "no_max": lambda: (lambda s, b: tiled_softmax(s, b, use_max=False),),

@@ -567,8 +567,9 @@ def tiling(r: OnlineSoftmax) -> Svg:
         "carries a running maximum m, a running sum l and a running output o. For each "
         "block: S = Q K_j^T / sqrt(D), m' = max(m, rowmax S), P = exp(S - m'), "
         "l' = exp(m - m') l + rowsum P, o' = exp(m - m') o + P V_j; at the end the output "
-        f"is o / l. With a causal mask the {tiles - causal} tiles above the diagonal are "
-        f"never computed. Only one tile of {r.block * r.block} scores is held at a time, "
+        f"is o / l. With a causal mask the {tiles - causal} tiles above the diagonal "
+        f"(dashed) would never be computed; this example has no mask, so Q_{row} meets "
+        "all three blocks. Only one tile of {r.block * r.block} scores is held at a time, "
         f"never the {r.length * r.length} of the whole matrix. For query {r.position} of "
         f"sentence {r.sentence}, head {r.head}, the block maxima are "
         + ", ".join(f"{a:.2f}" for a in r.block_max) + "; the running maximum grows at "
@@ -614,11 +615,13 @@ def tiling(r: OnlineSoftmax) -> Svg:
     svg.text(gx - 20, ly + 1, f"Q_{{{row}}}'s tiles, in the order 1, 2, 3", size=12.5,
              anchor="start")
     svg.rect(gx - 40, ly + 11, 14, 14, fill="#ffffff", dash="3 2", rx=2)
-    svg.text(gx - 20, ly + 23, f"causal mask: never computed ({tiles - causal} of "
-             f"{tiles})", size=12.5, anchor="start")
-    svg.text(gx - 40, ly + 50, f"held at once: one {r.block} \u00d7 {r.block} tile "
+    svg.text(gx - 20, ly + 23, f"skipped if causal ({tiles - causal} of {tiles});",
+             size=12.5, anchor="start")
+    svg.text(gx - 20, ly + 41, f"no mask here: Q_{{{row}}} meets all {n}", size=12.5,
+             anchor="start")
+    svg.text(gx - 40, ly + 66, f"held at once: one {r.block} \u00d7 {r.block} tile "
              f"({r.block * r.block} scores),", size=12.5, anchor="start")
-    svg.text(gx - 40, ly + 68, f"never the {r.length} \u00d7 {r.length} matrix "
+    svg.text(gx - 40, ly + 84, f"never the {r.length} \u00d7 {r.length} matrix "
              f"({r.length * r.length})", size=12.5, anchor="start")
     # Right: the update, and one row's numbers.
     x0 = 330

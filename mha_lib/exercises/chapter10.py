@@ -34,6 +34,10 @@ SCORES = catalogue(
               "dim of q", _SCALE, 6),
     scaled_by_d=("the scores are divided by D; the scale is 1 / sqrt(D)",
                  _SCALE, 6),
+    scaled_by_d_model=("the scores are divided by sqrt(H * D) = "
+                       "sqrt(d_model); each head's scores are scaled by "
+                       "its own size, 1 / sqrt(D), D the last dim of q",
+                       _SCALE, 6),
     multiplied=("the scores are multiplied by sqrt(D); divide them",
                 _SCALE, 6),
     keys_first=("the output axes are in the wrong order: queries index "
@@ -65,6 +69,8 @@ def check_einsum_scores(
             axes="(B, H, Lq, Lk)", mistakes=[
                 (SCORES["unscaled"], raw),
                 (SCORES["scaled_by_d"], raw / head_dim),
+                (SCORES["scaled_by_d_model"],
+                 raw / math.sqrt(heads * head_dim)),
                 (SCORES["multiplied"], raw * math.sqrt(head_dim)),
                 (SCORES["keys_first"],
                  (raw / math.sqrt(head_dim)).transpose(-2, -1)),
@@ -92,11 +98,25 @@ EINOPS_MASK = catalogue(
     half_inverted=("one of the two masks is inverted and the other not: "
                    "invert the combined mask, ~(padding & causal)",
                    _INVERTED),
+    blocked_only_if_both=("this blocks a key only where padding and "
+                          "causal masking both block it (~pad & ~causal): "
+                          "a key must be blocked where either blocks it, "
+                          "~pad | ~causal, which is ~(pad & causal)",
+                          _INVERTED),
     head_axis=("the class shares one (B, L, L) mask between the heads: "
                "drop the head axis of padding_mask", _INVERTED),
     not_from_library=("the exercise builds the mask from the library's "
                       "padding_mask and causal_mask", _INVERTED),
 )
+
+
+def _blocked_convention(verdict: Verdict) -> Verdict:
+    """The generic hint states the library's convention; this exercise's
+    mask is the published class's, True = blocked."""
+    if "entries are wrong" not in verdict.message:
+        return verdict  # a catalogued mistake: its hint says it all
+    return Verdict(verdict.ok, verdict.message.replace(
+        "True = may attend)", "True = blocked in this exercise)"))
 
 
 def check_einops_mask(
@@ -125,11 +145,12 @@ def check_einops_mask(
                 (EINOPS_MASK["causal_only"], (~causal).expand(full)),
                 (EINOPS_MASK["half_inverted"], ~pad & causal),
                 (EINOPS_MASK["half_inverted"], pad & ~causal),
+                (EINOPS_MASK["blocked_only_if_both"], ~pad & ~causal),
                 (EINOPS_MASK["head_axis"], ~allowed[:, None]),
                 (EINOPS_MASK["head_axis"], allowed[:, None]),
             ])
         if problem is not None:
-            return problem
+            return _blocked_convention(problem)
         # built from scratch (a helper of the reader's that calls the
         # library is fine: its source is not this function's)
         if names & {"arange", "tril", "triu", "ones"} \
@@ -153,6 +174,12 @@ EINSUM_PARAMETERS = catalogue(
                      "The running example and the module"),
     square_fc=("fc maps the n_head * d_v features of the heads back to "
                "d_model; it is not d_model x d_model", _PARTS),
+    values_d_k=("the values are counted with d_k: v_proj maps d_model to "
+                "n_head * d_v features, and fc maps n_head * d_v back",
+                "The running example and the module"),
+    queries_keys_d_v=("the queries and keys are counted with d_v: q and k "
+                      "have n_head * d_k features, only the values d_v",
+                      "The running example and the module"),
 )
 
 
@@ -182,7 +209,9 @@ def _wrong_counts(n_head: int, d_model: int, d_k: int, d_v: int) -> list:
             (EINSUM_PARAMETERS["no_biases"], count(d_k, d_v, bias=False)),
             (EINSUM_PARAMETERS["d_k_d_v_swapped"], count(d_v, d_k)),
             (EINSUM_PARAMETERS["square_fc"],
-             count(d_k, d_v, fc_in=d_model))]
+             count(d_k, d_v, fc_in=d_model)),
+            (EINSUM_PARAMETERS["values_d_k"], count(d_k, d_k)),
+            (EINSUM_PARAMETERS["queries_keys_d_v"], count(d_v, d_v))]
 
 
 def check_einsum_num_parameters(

@@ -261,6 +261,10 @@ SDPA = catalogue(
                   "back: merge_heads (or transpose(1, 2) before the "
                   "reshape)", "The wrong way: reshape without the "
                               "transpose", 8),
+    view_split=("the heads were split with a view (B, H, L, D) alone: "
+                "that cuts the sequence, not the features, into heads; "
+                "split_heads (view (B, L, H, D), then transpose(1, 2))",
+                "The wrong way: `view` straight to `(B, H, L, D)`", 5),
     nan_row=("the query with nothing to attend to gets NaN; mha_lib "
              "gives it zero weights (your PyTorch's kernel does not): "
              "zero those rows", "Where PyTorch differs: a query with "
@@ -287,6 +291,9 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
     with torch.no_grad():
         q, k, v = (split_heads(p(x), m.num_heads)
                    for p in (m.q_proj, m.k_proj, m.v_proj))  # (B, H, L, D)
+        if how.startswith("view_split"):  # (B, H, L, D) by a view, wrong
+            q, k, v = (p(x).view(x.size(0), m.num_heads, x.size(1), -1)
+                       for p in (m.q_proj, m.k_proj, m.v_proj))
         if how == "inverted":
             mask = ~mask
         elif how == "float_mask":
@@ -294,7 +301,7 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
         elif how == "mask_ignored":
             mask = None
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        if how == "no_transpose":
+        if how in ("no_transpose", "view_split"):
             merged = heads.reshape(x.shape)  # (B, L, d_model), wrong
         else:
             merged = heads.transpose(1, 2).reshape(x.shape)  # (B, L, d)
@@ -348,7 +355,9 @@ def check_sdpa_attention(
                     and given.isnan().any() and not want.isnan().any():
                 return SDPA["nan_row"].verdict(call.label)
             wrong = [(SDPA["no_out_proj"], "no_out_proj"),
-                     (SDPA["no_transpose"], "no_transpose")]
+                     (SDPA["no_transpose"], "no_transpose"),
+                     (SDPA["view_split"], "view_split"),
+                     (SDPA["view_split"], "view_split_merge_heads")]
             if mask is not None:
                 wrong += [(SDPA[how], how) for how in
                           ("inverted", "float_mask", "mask_ignored")]

@@ -34,6 +34,12 @@ PARAMS = catalogue(
                             "The output projection", 8),
     one_norm=("there are two LayerNorms, one before each sublayer",
               _BLOCK),
+    no_biases=("the biases are missing: d_model for each of the four "
+               "attention layers, d_ff and d_model for the two FFN layers",
+               "The feed-forward network"),
+    no_output_projection=("the output projection W_o is missing: a "
+                          "d_model x d_model matrix and its d_model "
+                          "biases", "The output projection", 8),
 )
 
 
@@ -49,14 +55,18 @@ def _wrong_counts(d: int, d_ff: int) -> list:
             (PARAMS["ffn_biases"], right - d_ff - d),
             (PARAMS["biases_and_norms"], right - 8 * d - d_ff - d),
             (PARAMS["two_attention_matrices"], right - 2 * d * d),
-            (PARAMS["one_norm"], right - 2 * d)]
+            (PARAMS["one_norm"], right - 2 * d),
+            (PARAMS["no_biases"], right - 5 * d - d_ff),
+            (PARAMS["no_output_projection"], right - d * d - d)]
 
 
 def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
     """Exercise 12.1: ``fn(d_model, d_ff)`` is the number of parameters of
     ``TransformerBlock(d_model, num_heads, d_ff)``."""
     return check_calls(
-        fn, ((8, 32), (6, 10), (12, 48), (1, 1)), _count,
+        # (6, 10) first: at (8, 32) forgetting every bias and forgetting
+        # W_o both give 800, and the hint could not tell them apart.
+        fn, ((6, 10), (8, 32), (12, 48), (1, 1)), _count,
         "4 d^2 + 4 d (attention) + 2 d d_ff + d_ff + d (FFN) + 4 d "
         "(two LayerNorms); the number of heads does not matter",
         mistakes=_wrong_counts)

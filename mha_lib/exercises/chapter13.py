@@ -179,6 +179,11 @@ TILED = catalogue(
                "softmax, max, sum or exp over a whole row", _FLASH),
     per_block=("each block is normalised on its own: divide by the sum "
                "over all blocks, rescaled when the max changes", _ONLINE),
+    per_block_averaged=("a softmax per block, averaged over the blocks: "
+                        "the rows sum to 1, but every block gets the same "
+                        "share of the weight whatever its scores (the "
+                        "tempting shortcut); divide by the sum over all "
+                        "blocks, rescaled when the max changes", _ONLINE),
     no_rescale=("the running sum is not rescaled when the running max "
                 "grows: multiply it by exp(m_old - m_new) first", _ONLINE),
     one_pass=("the weights of the early blocks were written with the max "
@@ -195,6 +200,13 @@ def _per_block_softmax(scores: torch.Tensor,
     return torch.cat([torch.softmax(block, dim=-1)
                       for block in scores.split(block_size, dim=-1)],
                      dim=-1)
+
+
+def _per_block_averaged(scores: torch.Tensor,
+                        block_size: int) -> torch.Tensor:
+    """The tempting shortcut: a softmax per block, averaged over blocks."""
+    blocks = scores.split(block_size, dim=-1)
+    return _per_block_softmax(scores, block_size) / len(blocks)
 
 
 def _online_softmax(scores: torch.Tensor, block_size: int,
@@ -253,6 +265,8 @@ def check_tiled_softmax(
                 call.label, given, expected, atol=1e-6, mistakes=[
                     (TILED["per_block"],
                      partial(_per_block_softmax, scores, block_size)),
+                    (TILED["per_block_averaged"],
+                     partial(_per_block_averaged, scores, block_size)),
                     (TILED["no_rescale"], partial(
                         _online_softmax, scores, block_size,
                         rescale=False)),
