@@ -21,8 +21,9 @@
    own (``notebook_forms.standalone``).
 6. Citations read the same in the text and in the bibliography: author and year, in
    parentheses in the text, ``(Vaswani et al., 2017)`` or ``Vaswani et al. (2017)``, and
-   as the bibliography's labels, ``[Vaswani et al., 2017]``; entries sorted by author,
-   ignoring case and TeX braces (``{Gemma Team}`` under G).
+   as the bibliography's labels, ``[Vaswani et al., 2017]``; entries sorted as the labels
+   read: first author's last name, then year (ignoring case and TeX braces,
+   ``{Gemma Team}`` under G).
 7. Each bibliography entry ends with "Cited in: ...", links to the pages whose text cites
    it, read from the pages themselves at build time, so the list cannot drift.
 """
@@ -47,6 +48,8 @@ logger = logging.getLogger(__name__)
 CHAPTERS_RE = re.compile(
     r"\b(?P<word>[Cc]hapters?)\s+(?P<nums>\d+(?:(?:\s*,\s*|\s+and\s+|\s+to\s+|-)\d+)*)\b")
 NUMBER_RE = re.compile(r"\d+")
+# an inline literal, ``...``, which reST shows verbatim (a :doc: role in it would show raw)
+LITERAL_RE = re.compile(r"``.+?``")
 COLAB_TITLE_RE = re.compile(r"^# ?@title\b[^\n]*\n?")
 INLINE_MATH_RE = re.compile(r"\$([^$\n]+)\$")
 # Characters of a signature that fit on one line of the API page's column at 1280 px.
@@ -85,18 +88,44 @@ def link_chapters(line: str, docnames: dict[int, str], missing: list[int] | None
             return one(numbers[0], f"{word} {nums}")
         return f"{word} " + NUMBER_RE.sub(lambda m: one(m.group(), m.group()), nums)
 
-    return CHAPTERS_RE.sub(replace, line)
+    parts = LITERAL_RE.split(line)
+    literals = LITERAL_RE.findall(line)
+    out = [CHAPTERS_RE.sub(replace, parts[0])]
+    for literal, part in zip(literals, parts[1:], strict=True):
+        out += [literal, CHAPTERS_RE.sub(replace, part)]
+    return "".join(out)
+
+
+def link_docstring(lines: list[str], docnames: dict[int, str],
+                   missing: list[int] | None = None) -> list[str]:
+    """:func:`link_chapters` on each line of a docstring, except inside literal blocks
+    (the indented lines after a paragraph ending in ``::``), shown verbatim too."""
+    out: list[str] = []
+    block_indent: int | None = None  # indent of the paragraph that opened a literal block
+    for line in lines:
+        indent = len(line) - len(line.lstrip())
+        if block_indent is not None and line.strip():
+            if indent > block_indent:
+                out.append(line)
+                continue
+            block_indent = None
+        if block_indent is not None:  # a blank line inside a block
+            out.append(line)
+            continue
+        out.append(link_chapters(line, docnames, missing))
+        if line.rstrip().endswith("::"):
+            block_indent = indent
+    return out
 
 
 def _process_docstring(app: Sphinx, what: str, name: str, obj: object, options: object,
                        lines: list[str]) -> None:
     docnames = chapter_docnames(Path(app.confdir) / "_toc.yml")
-    for i, line in enumerate(lines):
-        missing: list[int] = []
-        lines[i] = link_chapters(line, docnames, missing)
-        for number in missing:
-            logger.warning(f"{name}: docstring names chapter {number}, which _toc.yml "
-                           "does not have", type="book_links", subtype="chapter")
+    missing: list[int] = []
+    lines[:] = link_docstring(lines, docnames, missing)
+    for number in missing:
+        logger.warning(f"{name}: docstring names chapter {number}, which _toc.yml "
+                       "does not have", type="book_links", subtype="chapter")
 
 
 def drop_colab_titles(doctree: nodes.document) -> int:
@@ -228,11 +257,10 @@ def _register_citation_styles() -> None:
                 yield author_year_label(entry)
 
     class AuthorYearSorting(AuthorYearTitleSorting):
-        """pybtex's author-year-title order, but case-insensitive and blind to TeX braces,
-        so that corporate authors written ``{{Gemma Team}}`` sort under G, not after Z."""
+        """By the label a reader sees: :func:`entry_sort_key`."""
 
-        def person_key(self, person):  # noqa: ANN001, ANN202
-            return sort_key(super().person_key(person))
+        def sorting_key(self, entry):  # noqa: ANN001, ANN202
+            return entry_sort_key(entry)
 
     class AuthorYearStyle(UnsrtStyle):
         default_label_style = "author_year"
@@ -253,6 +281,20 @@ def sort_key(name: str) -> str:
     """A bibliography sort key: TeX braces dropped, lower case (``{Gemma Team}`` ->
     ``gemma team``)."""
     return re.sub(r"[{}]", "", name).lower()
+
+
+def entry_sort_key(entry: object) -> tuple[str, str, str, str]:
+    """The bibliography's order, the order of the labels a reader sees: the first
+    author's last name (case-insensitive, blind to TeX braces, so ``{Gemma Team}`` sorts
+    under G), then the year, then the rest of the label, then the title. So
+    "Cho et al., 2014" comes before "Cho et al., 2024", and "Dao et al., 2022" before
+    "Dao, 2024"."""
+    label = author_year_label(entry)
+    persons = entry.persons.get("author") or entry.persons.get("editor") or []
+    first = " ".join(persons[0].prelast_names + persons[0].last_names) if persons else ""
+    fields = entry.fields
+    return (sort_key(first), str(fields.get("year", "")), sort_key(label),
+            sort_key(str(fields.get("title", ""))))
 
 
 def author_year_label(entry: object) -> str:

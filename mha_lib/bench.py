@@ -94,14 +94,33 @@ class CombinedQKV(nn.Module):
 def attention_flops(batch: int, length: int, d_model: int) -> int:
     """FLOPs of the matrix products of one self-attention forward: four
     projections, ``8 B L d_model^2``, and ``Q K^T`` and ``P V``,
-    ``4 B L^2 d_model`` (a multiply-add is 2 FLOPs; chapter 13)."""
+    ``4 B L^2 d_model`` (a multiply-add is 2 FLOPs; chapter 13).
+
+    Args:
+        batch: The batch size ``B``.
+        length: The sequence length ``L``.
+        d_model: The model width.
+    """
     return 8 * batch * length * d_model**2 + 4 * batch * length**2 * d_model
 
 
 @dataclass
 class Result:
     """Median times (ms) per (implementation, mode, length), peak memory
-    (MiB) per (implementation, length), matmul rate (GFLOP/s) per length."""
+    (MiB) per (implementation, length), matmul rate (GFLOP/s) per length.
+
+    :func:`benchmark` makes one; its fields are its arguments.
+
+    Args:
+        lengths: The sequence lengths measured.
+        batch: The batch size ``B``.
+        d_model: The model width.
+        times: Median time in ms per ``(impl, mode, length)``: ``impl`` is
+            ``"explicit"``, ``"fused"``, ``"combined"``, ``"torch"`` or
+            ``"compiled"``; ``mode`` is ``"fwd"`` or ``"train"``.
+        memory: Peak memory in MiB per ``(impl, length)``.
+        matmul_gflops: This machine's matmul rate in GFLOP/s per length.
+    """
 
     lengths: list[int]
     batch: int = 8
@@ -112,18 +131,33 @@ class Result:
 
     def ratio(self, impl: str, mode: str, length: int,
               reference: str = "torch") -> float:
-        """Median time of ``impl`` over that of ``reference``."""
+        """Median time of ``impl`` over that of ``reference``.
+
+        Args:
+            impl, reference: Implementations, keys of ``times``
+                (``"explicit"``, ``"fused"``, ``"torch"``...).
+            mode: ``"fwd"`` or ``"train"``.
+            length: One of ``lengths``.
+        """
         return (self.times[impl, mode, length]
                 / self.times[reference, mode, length])
 
     def fused_gflops(self, length: int) -> float:
         """The fused forward's rate: its matrix products' FLOPs per
-        second, in GFLOP/s."""
+        second, in GFLOP/s.
+
+        Args:
+            length: One of ``lengths``.
+        """
         flops = attention_flops(self.batch, length, self.d_model)
         return flops / self.times["fused", "fwd", length] / 1e6
 
     def matmul_fraction(self, length: int) -> float:
-        """The fused forward's rate over this machine's matmul rate."""
+        """The fused forward's rate over this machine's matmul rate.
+
+        Args:
+            length: One of ``lengths``.
+        """
         return self.fused_gflops(length) / self.matmul_gflops[length]
 
 

@@ -108,6 +108,11 @@ def padding_mask(valid_lens: torch.Tensor, max_len: int | None = None
             numbers (an integer tensor, or a float one holding whole
             numbers).
         max_len: The number of keys ``Lk``, at least the largest length.
+
+    Example::
+
+        m = padding_mask(torch.tensor([3, 1]))  # (2, 1, 1, 3)
+        m[:, 0, 0].tolist()  # [[True, True, True], [True, False, False]]
     """
     if not isinstance(valid_lens, torch.Tensor):
         raise TypeError(f"valid_lens: expected a tensor of shape (B,) or "

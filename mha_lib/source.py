@@ -25,7 +25,12 @@ class Source:
     ``summary``.
 
     Notebooks render its Markdown form (``_repr_markdown_``); ``repr`` is
-    the plain text of both parts.
+    the plain text of both parts. :func:`show_source` makes one.
+
+    Args:
+        shown: The code shown in full.
+        folded: The code folded away; ``""``: none.
+        summary: The line that stands for the folded code.
     """
 
     shown: str

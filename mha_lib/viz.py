@@ -46,7 +46,18 @@ def heatmap(
     vmax: float | None = None,
 ):
     """Draw a 2-D tensor ``(Lq, Lk)``: rows are queries, columns keys.
-    Returns the image."""
+    Returns the image.
+
+    Args:
+        weights: The tensor to draw, ``(Lq, Lk)``.
+        x_labels: One label per key (column), e.g. its token.
+        y_labels: One label per query (row).
+        title: The title above the map.
+        ax: The matplotlib axes to draw on; ``None``: the current one.
+        cmap: A matplotlib colour map name.
+        vmin, vmax: The values of the colour map's ends; ``None``: the
+            tensor's minimum or maximum.
+    """
     weights = weights.detach().float().cpu()
     if weights.dim() != 2:
         raise ValueError(f"weights: expected a 2-D tensor (Lq, Lk), "
@@ -74,7 +85,16 @@ def heatmaps(
 ):
     """One heat map per head of ``(H, Lq, Lk)`` weights, in the column's
     width: side by side for up to 3 heads, else two per row. Returns the
-    figure."""
+    figure.
+
+    Args:
+        weights: Attention weights of one sequence, ``(H, Lq, Lk)``; drawn
+            on a scale from 0 to 1.
+        x_labels: One label per key, shown under the bottom row.
+        y_labels: One label per query, shown left of the first column.
+        titles: One title per head; ``None``: ``"head 0"``, ``"head 1"``...
+        suptitle: The title above all the maps.
+    """
     weights = weights.detach()
     if weights.dim() != 3:
         raise ValueError(f"weights: expected a 3-D tensor (H, Lq, Lk), "

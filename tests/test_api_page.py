@@ -19,6 +19,7 @@ import ast
 import importlib
 import inspect
 import re
+import textwrap
 import types
 import typing
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ def documented(text: str) -> Documented:
     """Parse the autodoc (and py:) directives of a page's source."""
     out = Documented()
     for match in DIRECTIVE_RE.finditer(text):
-        # `mha_lib::cache.LayerCache`: autodoc's explicit module, same object
+        # `mha_lib.cache::LayerCache`: autodoc's explicit module, same object
         kind, target = match["kind"], match["target"].replace("::", ".")
         options = {m["name"]: m["value"].strip() for m in OPTION_RE.finditer(match["options"])}
         if kind.startswith("py:"):  # hand-written: `.. py:data:: NAME` + `:module: m`
@@ -306,3 +307,26 @@ def test_hand_written_values_are_the_librarys(page: Documented) -> None:
     assert page.values, "the page's py:data entries state no :value:"
     for dotted, value in page.values.items():
         assert repr(resolve(dotted)) == value, f"{dotted}: the page says {value}"
+
+
+def _examples() -> list[tuple[str, str]]:
+    """The ``Example::`` blocks of mha_lib's public docstrings: (name, code)."""
+    import mha_lib
+    found = []
+    for name in mha_lib.__all__:
+        doc = inspect.getdoc(getattr(mha_lib, name)) or ""
+        if "Example::" in doc:
+            block = doc.split("Example::", 1)[1].split("\n\n", 2)[1]
+            found.append((name, textwrap.dedent(block)))
+    return found
+
+
+def test_docstring_examples_run() -> None:
+    """Each example the API page shows runs, with the names of ``mha_lib``."""
+    import torch
+
+    import mha_lib
+    examples = _examples()
+    assert {name for name, _ in examples} >= {"MultiHeadAttention", "padding_mask"}
+    for _name, code in examples:
+        exec(code, {"torch": torch, **{n: getattr(mha_lib, n) for n in mha_lib.__all__}})

@@ -110,3 +110,46 @@ def test_cited_in_lists_the_pages_that_cite_an_entry() -> None:
     assert book_links.page_label("book/appendix_a_masks", chapters) == "Appendix A"
     assert book_links.page_label("book/intro", chapters) == "Introduction"
     assert book_links.page_label("book/05_b", chapters) == "5"
+
+
+@pytest.mark.parametrize("line, linked", [
+    # reST shows an inline literal verbatim: a link there would show as raw ":doc:`...`"
+    ("``\"see 'Why' in chapter 5\"``", "``\"see 'Why' in chapter 5\"``"),
+    ("in chapter 5 (``chapter 8``), chapter 9",
+     "in :doc:`chapter 5 </book/05_b>` (``chapter 8``), :doc:`chapter 9 </book/09_d>`"),
+])
+def test_inline_literals_stay_as_they_are(line: str, linked: str) -> None:
+    assert book_links.link_chapters(line, DOCS) == linked
+
+
+def test_literal_blocks_stay_as_they_are() -> None:
+    lines = ["Derived in chapter 5. Usage::", "", "    check(x)  # chapter 8", "",
+             "Then chapter 9."]
+    assert book_links.link_docstring(lines, DOCS) == [
+        "Derived in :doc:`chapter 5 </book/05_b>`. Usage::", "",
+        "    check(x)  # chapter 8", "", "Then :doc:`chapter 9 </book/09_d>`."]
+
+
+def test_bibliography_sorts_by_label_then_year() -> None:
+    """Within one surname the labels read in order of year: "Cho et al., 2014" before
+    "Cho et al., 2024" (whose first author's given names would put it first), "Dao et al.,
+    2022" before "Dao, 2024", "Press and Wolf, 2017" before "Press et al., 2022"."""
+    import pybtex.plugin
+    from pybtex.database import parse_string
+
+    book_links._register_citation_styles()
+    bib = parse_string(
+        "@misc{cho24, author = {Cho, Aeree and Kim, G. and Karpekov, A.}, title = {T},"
+        " year = {2024}}\n"
+        "@misc{cho14, author = {Cho, Kyunghyun and van Merrienboer, B. and Gulcehre, C.},"
+        " title = {L}, year = {2014}}\n"
+        "@misc{dao24, author = {Dao, Tri}, title = {F2}, year = {2024}}\n"
+        "@misc{dao22, author = {Dao, Tri and Fu, D. and Ermon, S.}, title = {F},"
+        " year = {2022}}\n"
+        "@misc{press22, author = {Press, Ofir and Smith, N. and Lewis, M.}, title = {A},"
+        " year = {2022}}\n"
+        "@misc{press17, author = {Press, Ofir and Wolf, Lior}, title = {U}, year = {2017}}\n",
+        "bibtex")
+    style = pybtex.plugin.find_plugin("pybtex.style.formatting", "author_year")()
+    order = [e.key for e in style.sort(bib.entries.values())]
+    assert order == ["cho14", "cho24", "dao22", "dao24", "press17", "press22"], order
