@@ -930,6 +930,7 @@ WRONG = {
         "per_head": lambda: (3 * (512 * 64 + 64),),
         "one_layer": lambda: (512 * 512 + 512,),
         "times_heads": lambda: (8 * 3 * (512 * 512 + 512),),
+        "fixed_head_width": lambda: (3 * (512 * 1024 + 1024),),
     },
     "check_split_heads": {
         "plain_view": lambda: (lambda x, h: x.view(x.size(0), h, x.size(1), -1),),

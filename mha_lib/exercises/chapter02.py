@@ -40,7 +40,7 @@ ONEHOT = catalogue(
               "An embedding is a lookup"),
     no_gradient=("no gradient reaches weight, so the table could not be "
                  "trained: no .detach(), .data or torch.no_grad() on the "
-                 "way", "Only the rows used are trained"),
+                 "way", "Only the rows used get a gradient"),
     no_one_hot=("the exercise asks for F.one_hot and a matrix product; "
                 "this does not call F.one_hot", "An embedding is a lookup"),
 )

@@ -183,8 +183,9 @@ def check_fused_projection(fn: FusedProjection) -> Verdict:
 
 PARAMETERS = catalogue(
     "check_projection_parameters", 4,
-    no_bias=("the biases are missing: each of the three layers has "
-             "d_model of them", _LAYERS),
+    no_bias=("the biases are missing: that is the paper's count, but "
+             "the library's nn.Linear layers add d_model biases each",
+             _LAYERS),
     with_output=("that counts a fourth layer, the output projection; the "
                  "question is about q, k and v only", _LAYERS),
     per_head=("that is one head's share: the heads split the same 512 "
@@ -196,6 +197,10 @@ PARAMETERS = catalogue(
                  "do not each get their own layers: they share out the "
                  "output features of the same three d_model x d_model "
                  "layers", _LAYERS),
+    fixed_head_width=("that keeps d_k = 64 and doubles the heads, so each "
+                      "layer would have 1024 outputs; but d_k = d_model / H: "
+                      "16 heads get 32 features each, from the same "
+                      "512 x 512 layers", _LAYERS),
 )
 
 
@@ -217,6 +222,8 @@ def check_projection_parameters(n: int, d_model: int = 512) -> Verdict:
         (PARAMETERS["one_layer"], d * d + d),
         (PARAMETERS["times_heads"], 8 * 3 * (d * d + d)),
         (PARAMETERS["times_heads"], 8 * 3 * d * d),
+        (PARAMETERS["fixed_head_width"], 3 * (d * 2 * d + 2 * d)),
+        (PARAMETERS["fixed_head_width"], 3 * d * 2 * d),
     ])
     if problem is not None:
         return problem
