@@ -131,10 +131,12 @@ def test_chapter_5_checkers():
     assert check_split_heads(lambda x, h: x.unflatten(-1, (h, -1)).permute(0, 2, 1, 3))
     wrong = check_split_heads(lambda x, h: x.reshape(x.size(0), h, x.size(1), -1))
     assert not wrong and "mixes tokens" in repr(wrong)
-    transposed = check_split_heads(split_heads)  # right, but the exercise says permute
-    assert not transposed and "permute" in transposed.message
+    # Right values with the chapter's transpose: accepted, with a pointer to permute
+    transposed = check_split_heads(split_heads)
+    assert transposed and "permute" in transposed.message
     assert check_merge_heads(lambda x: x.permute(0, 2, 1, 3).flatten(2))
-    assert not check_merge_heads(merge_heads)  # transpose, not permute
+    merged = check_merge_heads(merge_heads)  # transpose: accepted, permute suggested
+    assert merged and "permute" in merged.message
     assert not check_merge_heads(lambda x: x.reshape(x.size(0), x.size(2), -1))
     assert check_head_columns(lambda x, h, n: x.chunk(n, dim=-1)[h])
     assert not check_head_columns(lambda x, h, n: split_heads(x, n)[:, h])  # reshapes
