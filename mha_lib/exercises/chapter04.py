@@ -197,10 +197,10 @@ PARAMETERS = catalogue(
                  "do not each get their own layers: they share out the "
                  "output features of the same three d_model x d_model "
                  "layers", _LAYERS),
-    fixed_head_width=("that keeps d_k = 64 and doubles the heads, so each "
-                      "layer would have 1024 outputs; but d_k = d_model / H: "
-                      "16 heads get 32 features each, from the same "
-                      "512 x 512 layers", _LAYERS),
+    fixed_head_width=("that keeps d_k = 64 and doubles the heads, so "
+                      "each layer would have 1024 outputs; but d_k = "
+                      "d_model / H: 16 heads get 32 features each, from "
+                      "the same 512 x 512 layers", _LAYERS),
 )
 
 

@@ -54,6 +54,16 @@ SPLIT = catalogue(
 )
 
 
+def _permute_verdict(used_permute: bool, try_: str, done: str) -> Verdict:
+    """Right values: accepted; with transpose instead of the asked-for
+    permute, say so and what to try."""
+    if not used_permute:
+        return Verdict(True, "right values, with the chapter's "
+                             "transpose(1, 2); the exercise asks for "
+                             "permute: try " + try_)
+    return Verdict(True, done)
+
+
 def check_split_heads(
     fn: Callable[[torch.Tensor, int], torch.Tensor],
 ) -> Verdict:
@@ -84,13 +94,8 @@ def check_split_heads(
         if problem is not None:
             return problem
         used_permute = call.record.used(*_PERMUTE)
-    if not used_permute:
-        return Verdict(
-            True, "right values, with the chapter's transpose(1, 2); the "
-                  "exercise asks for permute: try view, then "
-                  "permute(0, 2, 1, 3)")
-    return Verdict(
-        True,
+    return _permute_verdict(
+        used_permute, "view, then permute(0, 2, 1, 3)",
         "(B, L, H*D) -> (B, H, L, D), head h = columns h*D..(h+1)*D-1")
 
 
@@ -143,13 +148,9 @@ def check_merge_heads(
         if problem is not None:
             return problem
         used_permute = call.record.used(*_PERMUTE)
-    if not used_permute:
-        return Verdict(
-            True, "right values, with the chapter's transpose(1, 2); the "
-                  "exercise asks for permute: try permute(0, 2, 1, 3), "
-                  "then reshape")
-    return Verdict(
-        True, "(B, H, L, D) -> (B, L, H*D); fn(split_heads(x, H)) is x")
+    return _permute_verdict(
+        used_permute, "permute(0, 2, 1, 3), then reshape",
+        "(B, H, L, D) -> (B, L, H*D); fn(split_heads(x, H)) is x")
 
 
 COLUMNS = catalogue(

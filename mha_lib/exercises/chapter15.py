@@ -288,10 +288,11 @@ def check_remove_head(
 def _planted_weights(generator: torch.Generator, roles: dict,
                      num_layers: int, num_heads: int, k: torch.Tensor,
                      length: int) -> torch.Tensor:
-    """Causal weights ``(layers, B, H, L, L)``: random rows, except the heads in
-    ``roles`` ({(layer, head): offset}) whose queries in the second copy put
-    most weight on key ``t - k + offset`` (1: induction, 0: the earlier
-    twin itself) or, for offset None, on the previous token."""
+    """Causal weights ``(layers, B, H, L, L)``: random rows, except the
+    heads in ``roles`` ({(layer, head): offset}) whose queries in the
+    second copy put most weight on key ``t - k + offset`` (1: induction,
+    0: the earlier twin itself) or, for offset None, on the previous
+    token."""
     batch = k.size(0)
     scores = torch.randn(num_layers, batch, num_heads, length, length,
                          generator=generator)
