@@ -938,6 +938,8 @@ WRONG = {
         "strided": lambda: (lambda x, h: x.view(*x.shape[:2], -1, h).permute(0, 3, 1, 2),),
         "wrong_permute": lambda: (lambda x, h: x.view(*x.shape[:2], h, -1).permute(
             0, 2, 3, 1),),
+        "wrong_transpose": lambda: (lambda x, h: x.view(*x.shape[:2], h, -1).transpose(
+            2, 3),),
     },
     "check_merge_heads": {
         "view_not_contiguous": lambda: (lambda x: x.transpose(1, 2).view(
@@ -949,6 +951,8 @@ WRONG = {
     "check_head_columns": {
         "strided": lambda: (lambda x, h, n: x[..., h::n],),
         "width_is_heads": lambda: (lambda x, h, n: x[..., h * n:(h + 1) * n],),
+        "one_too_many": lambda: (lambda x, h, n: x[
+            ..., h * (x.size(-1) // n):(h + 1) * (x.size(-1) // n) + 1],),
         "reshaped": lambda: (lambda x, h, n: split_heads(x, n)[:, h],),
     },
     "check_attention": {
@@ -988,6 +992,8 @@ WRONG = {
         "inverted": lambda: (lambda n, m: ~mask_from_lengths(n, m),),
         "one_too_many": lambda: (lambda n, m: (torch.arange(m) <= n[:, None])[:, None, None],),
         "no_broadcast_axes": lambda: (lambda n, m: torch.arange(m) < n[:, None],),
+        "keys_on_query_axis": lambda: (lambda n, m: (
+            torch.arange(m) < n[:, None])[:, None, :, None],),
         "longest_length": lambda: (lambda n, m: mask_from_lengths(n, int(n.max())),),
         "not_bool": lambda: (lambda n, m: mask_from_lengths(n, m).long(),),
     },

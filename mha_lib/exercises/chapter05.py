@@ -51,6 +51,9 @@ SPLIT = catalogue(
              "(B, L, D, H)", _COLUMNS),
     wrong_permute=("that is (B, H, D, L): permute lists the old axes in "
                    "their new order, permute(0, 2, 1, 3)", _COLUMNS),
+    wrong_transpose=("that is (B, L, D, H): transpose(2, 3) swaps heads "
+                     "and features; swap length and heads, "
+                     "permute(0, 2, 1, 3)", _COLUMNS),
 )
 
 
@@ -90,6 +93,8 @@ def check_split_heads(
                 (SPLIT["wrong_permute"], x.reshape(
                     batch, length, num_heads, head_dim).permute(
                         0, 2, 3, 1)),
+                (SPLIT["wrong_transpose"], x.reshape(
+                    batch, length, num_heads, head_dim).transpose(2, 3)),
             ])
         if problem is not None:
             return problem
@@ -159,6 +164,8 @@ COLUMNS = catalogue(
              "neighbouring columns h*D .. (h+1)*D - 1", _COLUMNS),
     width_is_heads=("the block width is D = d_model // num_heads, not "
                     "num_heads", _COLUMNS),
+    one_too_many=("one column too many: a slice leaves out its end, so "
+                  "head h is x[..., h*D:(h+1)*D]", _COLUMNS),
     reshaped=("the exercise slices columns, without view, reshape or "
               "permute", _COLUMNS),
 )
@@ -178,6 +185,7 @@ def check_head_columns(
     ``split_heads(x, num_heads)[:, h]``, by slicing columns (no
     reshape)."""
     for x, num_heads in _inputs():
+        head_dim = x.size(-1) // num_heads
         for h in range(num_heads):
             call = attempt(fn, x, h, num_heads,
                            shown=f"x {tuple(x.shape)}, h={h}, "
@@ -192,6 +200,8 @@ def check_head_columns(
                     (COLUMNS["strided"], x[..., h::num_heads]),
                     (COLUMNS["width_is_heads"],
                      x[..., h * num_heads:(h + 1) * num_heads]),
+                    (COLUMNS["one_too_many"],
+                     x[..., h * head_dim:(h + 1) * head_dim + 1]),
                 ])
             if problem is not None:
                 return problem

@@ -37,6 +37,9 @@ PADDING = catalogue(
     no_broadcast_axes=("the mask should be (B, 1, 1, Lk), with singleton "
                        "axes for the heads and the queries, so that it "
                        "broadcasts over (B, H, Lq, Lk)", _PADDING),
+    keys_on_query_axis=("that is (B, 1, Lk, 1): the keys are on the "
+                        "query axis; the keys are the last axis, "
+                        "(B, 1, 1, Lk)", _PADDING),
     longest_length=("Lk is max_len, the padded length, not the longest "
                     "of the lengths", _PADDING),
     not_bool=("the mask should be bool: a 0/1 number mask would be added "
@@ -71,6 +74,7 @@ def check_padding_mask(
                     (lengths + 1).clamp(max=max_len), max_len)),
                 (PADDING["no_broadcast_axes"], want[:, 0, 0]),
                 (PADDING["no_broadcast_axes"], want[:, 0]),
+                (PADDING["keys_on_query_axis"], want.transpose(-1, -2)),
                 (PADDING["longest_length"],
                  partial(padding_mask, lengths, int(lengths.max()))),
             ])
