@@ -32,29 +32,18 @@ from torch.nn.attention.flex_attention import (
 )
 
 from mha_lib.alibi import alibi_bias, alibi_slopes
+from mha_lib.bench import _sync, _timed
 from mha_lib.masks import padding_mask, sliding_window_mask
 
 warnings.filterwarnings("ignore", message=".*flex_attention.*")
 B, H, D, W = 1, 8, 64, 256
 
 
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
 def median_ms(fn, rounds: int = 5, device: str = "cpu") -> float:
     """Median wall time of ``fn()`` in ms, after one warm-up call (on a GPU,
     each call waited for)."""
     fn()
-    times = []
-    for _ in range(rounds):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return statistics.median(_timed(fn, device) for _ in range(rounds))
 
 
 def main(argv: list[str] | None = None) -> None:

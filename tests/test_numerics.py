@@ -30,6 +30,7 @@ from mha_lib import (
     MultiHeadAttention,
     causal_mask,
     masked_softmax,
+    padding_mask,
     scaled_dot_product_attention,
     to_torch_mha,
 )
@@ -291,3 +292,20 @@ def test_fused_sdpa_applies_both_mask_and_is_causal(float_mask: bool) -> None:
     got = fused_sdpa(q, k, v, given, is_causal=True)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     assert empty.any() and not got.isnan().any()
+
+
+@pytest.mark.parametrize("float_mask", [False, True])
+def test_fused_sdpa_combines_a_padding_mask_with_is_causal(float_mask: bool) -> None:
+    """A (B, 1, 1, Lk) padding mask is smaller than the (Lq, Lk) causal one: both
+    broadcast to (B, H, Lq, Lk), in bool and in float."""
+    from mha_lib.mha import fused_sdpa
+
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=gen) for _ in range(3))
+    pad = padding_mask(torch.tensor([6, 4]))  # (B, 1, 1, Lk)
+    both = pad & torch.ones(6, 6, dtype=torch.bool).tril()
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=both)
+    given = (torch.zeros(pad.shape).masked_fill(~pad, float("-inf"))
+             if float_mask else pad)
+    got = fused_sdpa(q, k, v, given, is_causal=True)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
