@@ -25,6 +25,15 @@ CHROMIUM := /usr/bin/chromium
 
 # Deterministic hashing in pytest, in the notebook kernels it starts and in `make execute`.
 export PYTHONHASHSEED := 0
+# Bytecode: Python compiles each module it imports and keeps the result, so the next process
+# (each notebook's kernel, the book build, each test worker) loads it ready-made. Some
+# machines, CI runners among them, set PYTHONDONTWRITEBYTECODE: then every process compiled
+# torch, sympy and matplotlib from source again, about 8 s of CPU each, a third of
+# `make test`. Under make, bytecode is written once, into .venv/pycache and nowhere else
+# (no __pycache__ folders next to the sources or in site-packages).
+unexport PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX := $(CURDIR)/$(VENV)/pycache
+
 # The notebooks' stored figures come from the inline backend; a backend forced from the
 # environment (e.g. MPLBACKEND=Agg in CI) would change their outputs, so never pass one on.
 unexport MPLBACKEND

@@ -4,7 +4,10 @@ of requirements.txt (the maintainers' full pinned set), and mha_lib from this re
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import tomllib
@@ -74,3 +77,19 @@ def test_binder_installs_the_light_set_with_cpu_torch() -> None:
     # repo2docker reads only binder/ when it exists: nothing there may pull the full set
     assert sorted(p.name for p in (REPO / "binder").iterdir()) == [
         "requirements.txt", "runtime.txt"]
+
+
+def test_make_writes_bytecode_once_into_the_venv(tmp_path: Path) -> None:
+    """Under make, every Python writes its bytecode, into .venv/pycache only, even where the
+    caller set PYTHONDONTWRITEBYTECODE (as CI runners do): otherwise each notebook kernel
+    and build compiled torch and sympy from source again (about 8 s of CPU each)."""
+    probe = tmp_path / "probe.mk"
+    probe.write_text(
+        "probe:\n\t@" + sys.executable
+        + " -c 'import sys; print(sys.dont_write_bytecode, sys.pycache_prefix)'\n")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    out = subprocess.run(
+        ["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", str(probe), "probe"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", str(REPO / ".venv" / "pycache")]
