@@ -1303,6 +1303,7 @@ WRONG = {
         "sorted": lambda: (lambda n: sorted(slopes(n), reverse=True),),
         "odd_extra": lambda: (lambda n: slopes(n, extra=slice(1, None, 2)),),
         "negative": lambda: (lambda n: [-s for s in slopes(n)],),
+        "from_zero": lambda: (lambda n: [2 ** (-8 * h / n) for h in range(n)],),
     },
     "check_receptive_field": {
         "window_per_layer": lambda: (lambda w, n: n * w,),

@@ -107,11 +107,21 @@ SLOPES = catalogue(
                "heads ([0::2]), not 1, 3, 5, ...", _ALIBI),
     negative=("the slopes are positive; the bias is -slope * distance",
               _ALIBI),
+    from_zero=("the first slope is 2^(-8/H), not 2^0 = 1: the exponent "
+               "is -8 (h + 1) / H for h = 0, 1, ..., not -8 h / H", _ALIBI),
 )
 
 
 def _power_of_two(n: int) -> list[float]:
     return [2.0 ** (-8 * (h + 1) / n) for h in range(n)]
+
+
+def _from_zero(num_heads: int) -> list[float]:
+    # The recipe with every geometric sequence started at 2^0 = 1.
+    p = 2 ** math.floor(math.log2(num_heads))
+    shifted = [2.0 ** (-8 * h / p) for h in range(p)]
+    twice = [2.0 ** (-8 * h / (2 * p)) for h in range(2 * p)]
+    return shifted + twice[0::2][:num_heads - p]
 
 
 def _odd_extra(num_heads: int) -> list[float]:
@@ -156,6 +166,8 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                 (SLOPES["odd_extra"],
                  torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
                 (SLOPES["negative"], -expected),
+                (SLOPES["from_zero"],
+                 torch.tensor(_from_zero(num_heads), dtype=torch.float64)),
             ])
         if problem is not None:
             return problem
