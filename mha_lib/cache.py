@@ -149,14 +149,14 @@ class KVCache:
 
     @property
     def keys(self) -> Sequence[torch.Tensor | None]:
-        """Each layer's kept keys ``(B, H_kv, L, D)``, or None if empty: a
-        read-only tuple of views of the storage (see ``reorder``)."""
+        """Each layer's kept keys ``(B, H_kv, L, D)``, or None if empty, in
+        a read-only tuple of views of the storage (see ``reorder``)."""
         return ReadOnlyLayers(self._view(s.keys, s) for s in self._layers)
 
     @property
     def values(self) -> Sequence[torch.Tensor | None]:
         """Each layer's kept values ``(B, H_kv, L, Dv)``, or None if
-        empty: a read-only tuple of views of the storage."""
+        empty, in a read-only tuple of views of the storage."""
         return ReadOnlyLayers(self._view(s.values, s)
                               for s in self._layers)
 
@@ -436,7 +436,7 @@ class LayerCache:
 
     @property
     def window(self) -> int | None:
-        """The cache's ``window`` (``None``: every position is kept)."""
+        """The cache's ``window``; ``None`` keeps every position."""
         return self.cache.window
 
     @property
