@@ -53,6 +53,11 @@ def alibi_bias(num_heads: int, q_len: int, k_len: int | None = None,
         k_len: The number of keys ``Lk``; defaults to ``q_len``.
         device: Where to create the bias (default: PyTorch's default
             device).
+
+    Example:
+        >>> bias = alibi_bias(num_heads=2, q_len=3)  # added to the scores
+        >>> bias.shape
+        torch.Size([2, 3, 3])
     """
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) \
             or num_heads < 1:

@@ -40,6 +40,13 @@ def masked_softmax(scores: torch.Tensor,
         scores: Attention scores ``(..., Lq, Lk)``, floating point.
         mask: bool (True = may attend) or float (added to the scores),
             broadcastable to ``scores``; None attends everywhere.
+
+    Example:
+        >>> scores = torch.zeros(2, 3)
+        >>> mask = torch.tensor([[True, True, False],
+        ...                      [False, False, False]])
+        >>> masked_softmax(scores, mask).tolist()  # empty row: zeros
+        [[0.5, 0.5, 0.0], [0.0, 0.0, 0.0]]
     """
     _check_scores(scores)
     if mask is not None:
@@ -84,6 +91,16 @@ def scaled_dot_product_attention(
         dropout: Applied to the weights before they average the values
             (e.g. an ``nn.Dropout``); None for no dropout.
         scale: Multiplies the scores; defaults to ``1 / sqrt(D)``.
+
+    Example:
+        >>> q = torch.randn(2, 4, 8)  # (B, Lq, D)
+        >>> k, v = torch.randn(2, 5, 8), torch.randn(2, 5, 8)  # (B, Lk, D)
+        >>> out, weights = scaled_dot_product_attention(
+        ...     q, k, v, mask=causal_mask(4, 5))
+        >>> out.shape, weights.shape  # (B, Lq, Dv), (B, Lq, Lk)
+        (torch.Size([2, 4, 8]), torch.Size([2, 4, 5]))
+        >>> weights.sum(dim=-1).round(decimals=4).tolist()[0]
+        [1.0, 1.0, 1.0, 1.0]
     """
     _check_qkv(query, key, value)
     _check_options(mask, dropout, scale)

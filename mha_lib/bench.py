@@ -71,7 +71,11 @@ class CombinedQKV(nn.Module):
         self.out = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` ``(B, L, d_model)`` -> ``(B, L, d_model)``."""
+        """``x`` ``(B, L, d_model)`` -> ``(B, L, d_model)``.
+
+        Args:
+            x: The tokens, ``(B, L, d_model)``; self-attention, no mask.
+        """
         batch, length, d_model = x.shape
         qkv = self.qkv(x).view(batch, length, 3, self.num_heads, -1)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (B, H, L, D)
@@ -80,7 +84,12 @@ class CombinedQKV(nn.Module):
 
     @classmethod
     def like(cls, m: MultiHeadAttention) -> CombinedQKV:
-        """A ``CombinedQKV`` with ``m``'s weights, device and dtype."""
+        """A ``CombinedQKV`` with ``m``'s weights, device and dtype.
+
+        Args:
+            m: The module whose ``q_proj``, ``k_proj`` and ``v_proj`` are
+                stacked into one layer (they need biases).
+        """
         weight = m.q_proj.weight
         peer = cls(m.d_model, m.num_heads).to(weight.device, weight.dtype)
         with torch.no_grad():
@@ -350,7 +359,11 @@ def _names(result: Result) -> list[str]:
 
 def format_table(result: Result) -> str:
     """The median times (ms), the ratios, the matmul rate and the peak
-    memory, as text tables."""
+    memory, as text tables.
+
+    Args:
+        result: What :func:`benchmark` returned.
+    """
     names = _names(result)
     modes = [m for m in MODES if any(k[1] == m for k in result.times)]
     rows = [(length, mode) for length in result.lengths for mode in modes]

@@ -63,6 +63,12 @@ class TransformerBlock(nn.Module):
             layers.
         num_kv_heads: Key/value heads for grouped-query attention
             (chapter 14); None for one per query head.
+
+    Example:
+        >>> block = TransformerBlock(d_model=8, num_heads=4, d_ff=32)
+        >>> y, _ = block(torch.randn(2, 6, 8), is_causal=True)
+        >>> y.shape
+        torch.Size([2, 6, 8])
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int,

@@ -107,6 +107,17 @@ class KVCache:
             call returns new tensors; under ``torch.no_grad`` or
             ``torch.inference_mode`` (decoding for speed), views of the
             storage.
+
+    Example:
+        >>> attention = MultiHeadAttention(8, 4).eval()
+        >>> x = torch.randn(1, 5, 8)  # 5 tokens
+        >>> cache = KVCache()
+        >>> with torch.no_grad():
+        ...     _ = attention(x[:, :4], is_causal=True, cache=cache)
+        ...     last, _ = attention(x[:, 4:], cache=cache)  # token 5
+        ...     full, _ = attention(x, is_causal=True)  # no cache
+        >>> cache.length, torch.allclose(last, full[:, 4:], atol=1e-6)
+        (5, True)
     """
 
     def __init__(self, num_layers: int = 1, window: int | None = None,
@@ -138,14 +149,14 @@ class KVCache:
 
     @property
     def keys(self) -> Sequence[torch.Tensor | None]:
-        """Each layer's kept keys ``(B, H_kv, L, D)``, or None if empty: a
-        read-only tuple of views of the storage (see ``reorder``)."""
+        """Each layer's kept keys ``(B, H_kv, L, D)``, or None if empty, in
+        a read-only tuple of views of the storage (see ``reorder``)."""
         return ReadOnlyLayers(self._view(s.keys, s) for s in self._layers)
 
     @property
     def values(self) -> Sequence[torch.Tensor | None]:
         """Each layer's kept values ``(B, H_kv, L, Dv)``, or None if
-        empty: a read-only tuple of views of the storage."""
+        empty, in a read-only tuple of views of the storage."""
         return ReadOnlyLayers(self._view(s.values, s)
                               for s in self._layers)
 
@@ -171,7 +182,11 @@ class KVCache:
                    for t in (s.keys, s.values) if t is not None)
 
     def layer(self, index: int) -> LayerCache:
-        """Layer ``index``'s part of the cache (what its module gets)."""
+        """Layer ``index``'s part of the cache (what its module gets).
+
+        Args:
+            index: The layer, from ``0`` to ``num_layers - 1``.
+        """
         if isinstance(index, bool) or not isinstance(index, int) \
                 or not 0 <= index < self.num_layers:
             raise ValueError(f"index: expected a layer in "
@@ -221,9 +236,20 @@ class KVCache:
         values followed by the new ones, ``(B, H_kv, L + N, D)`` and
         ``(B, H_kv, L + N, Dv)``.
 
-        ``owner`` is the attention module calling (the first one to write a
-        layer owns it, it or a copy of it; another one gets a
-        ``ValueError``).
+        An attention module calls it in its ``forward`` with the keys and
+        values of the new positions, then attends over what it returns.
+
+        Args:
+            key: The new keys ``(B, H_kv, N, D)``; ``B``, ``H_kv`` and
+                ``D`` as in the layer's earlier calls.
+            value: The new values ``(B, H_kv, N, Dv)``.
+            layer: Which layer's part to append to, from ``0`` to
+                ``num_layers - 1``.
+            owner: The attention module calling. The first module to
+                write a layer owns it: later calls from it (or a copy of
+                it) go on, another module gets a ``ValueError``, so one
+                cache cannot silently mix two modules' keys. ``None``
+                skips the check.
         """
         state = self._layers[self.layer(layer).index]
         self._claim(state, layer, owner)
@@ -395,7 +421,14 @@ def as_layer_cache(cache: object) -> LayerCache | None:
 
 class LayerCache:
     """One layer of a :class:`KVCache`: ``update``, ``length``, ``kept``,
-    ``derived``."""
+    ``derived``. ``cache.layer(i)`` makes it; an attention module takes
+    it as ``cache=`` and sees that layer only.
+
+    Args:
+        cache: The cache it is a view of (it holds no tensors itself).
+        index: Its layer in ``cache``, from ``0`` to
+            ``cache.num_layers - 1``.
+    """
 
     def __init__(self, cache: KVCache, index: int):
         self.cache = cache
@@ -403,6 +436,7 @@ class LayerCache:
 
     @property
     def window(self) -> int | None:
+        """The cache's ``window``; ``None`` keeps every position."""
         return self.cache.window
 
     @property
@@ -418,7 +452,15 @@ class LayerCache:
     def update(self, key: torch.Tensor, value: torch.Tensor,
                owner: object | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`~mha_lib.KVCache.update` on this layer."""
+        """:meth:`~mha_lib.KVCache.update` on this layer: append and
+        return its keys and values.
+
+        Args:
+            key: The new keys ``(B, H_kv, N, D)``.
+            value: The new values ``(B, H_kv, N, Dv)``.
+            owner: The attention module calling (see
+                :meth:`~mha_lib.KVCache.update`).
+        """
         return self.cache.update(key, value, self.index, owner)
 
     def derived(self, name: str, make: Callable[[], T]) -> T:

@@ -39,6 +39,12 @@ class GroupedQueryAttention(MultiHeadAttention):
             ``num_heads``.
         dropout: Probability of zeroing an attention weight in training.
         bias: Whether the four linear layers have biases.
+
+    Example:
+        >>> gqa = GroupedQueryAttention(16, num_heads=4, num_kv_heads=2)
+        >>> out, weights = gqa(torch.randn(2, 6, 16), is_causal=True)
+        >>> out.shape, weights.shape  # 4 query heads, 2 key/value heads
+        (torch.Size([2, 6, 16]), torch.Size([2, 4, 6, 6]))
     """
 
     def __init__(self, d_model: int, num_heads: int, num_kv_heads: int,

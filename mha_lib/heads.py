@@ -32,6 +32,14 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
         x: Queries, keys or values ``(B, L, d_model)``.
         num_heads: ``H``, a divisor of ``d_model``; each head gets
             ``D = d_model / H`` features.
+
+    Example:
+        >>> x = torch.randn(2, 5, 8)  # (B, L, d_model)
+        >>> heads = split_heads(x, num_heads=4)
+        >>> heads.shape  # (B, H, L, D)
+        torch.Size([2, 4, 5, 2])
+        >>> torch.equal(merge_heads(heads), x)
+        True
     """
     check_tensor("x", x, ("B", "L", "d_model"), floating=False)
     _check_heads("x", x, num_heads)

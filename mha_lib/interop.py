@@ -27,6 +27,16 @@ def to_torch_mha(m: MultiHeadAttention) -> nn.MultiheadAttention:
 
     Args:
         m: The module to copy (one key/value head per query head).
+
+    Example:
+        >>> mha = MultiHeadAttention(8, 4).eval()
+        >>> torch_mha = to_torch_mha(mha)  # batch_first=True
+        >>> x = torch.randn(2, 6, 8)
+        >>> m = padding_mask(torch.tensor([6, 3]))  # True = may attend
+        >>> ours, _ = mha(x, mask=m)
+        >>> theirs, _ = torch_mha(x, x, x, key_padding_mask=~m[:, 0, 0])
+        >>> torch.allclose(ours, theirs, atol=1e-6)
+        True
     """
     if not isinstance(m, MultiHeadAttention):
         raise TypeError(

@@ -76,6 +76,15 @@ class MultiHeadLatentAttention(nn.Module):
         interleaved: The rotary pair layout of
             :func:`~mha_lib.apply_rotary`: adjacent features (True,
             DeepSeek's checkpoints) or the two halves (False).
+
+    Example:
+        >>> mla = MultiHeadLatentAttention(16, num_heads=4, kv_latent_dim=8,
+        ...                                rope_dim=2)
+        >>> x = torch.randn(2, 6, 16)
+        >>> out, _ = mla(x, is_causal=True)
+        >>> absorbed, _ = mla(x, is_causal=True, absorb=True)
+        >>> out.shape, torch.allclose(out, absorbed, atol=1e-5)
+        (torch.Size([2, 6, 16]), True)
     """
 
     def __init__(self, d_model: int, num_heads: int, kv_latent_dim: int,

@@ -49,6 +49,15 @@ def causal_mask(q_len: int, k_len: int | None = None,
         k_len: The number of keys ``Lk``; defaults to ``q_len``.
         device: Where to create the mask (default: PyTorch's default
             device).
+
+    Example:
+        >>> causal_mask(3).int()
+        tensor([[1, 0, 0],
+                [1, 1, 0],
+                [1, 1, 1]], dtype=torch.int32)
+        >>> causal_mask(2, 4).int()  # 2 new queries after 2 cached keys
+        tensor([[1, 1, 1, 0],
+                [1, 1, 1, 1]], dtype=torch.int32)
     """
     k_len = q_len if k_len is None else k_len
     for name, value in (("q_len", q_len), ("k_len", k_len)):
@@ -77,6 +86,14 @@ def sliding_window_mask(q_len: int, window: int, k_len: int | None = None,
         k_len: The number of keys ``Lk``; defaults to ``q_len``.
         device: Where to create the mask (default: PyTorch's default
             device).
+
+    Example:
+        >>> sliding_window_mask(5, window=3).int()  # W counts the query
+        tensor([[1, 0, 0, 0, 0],
+                [1, 1, 0, 0, 0],
+                [1, 1, 1, 0, 0],
+                [0, 1, 1, 1, 0],
+                [0, 0, 1, 1, 1]], dtype=torch.int32)
     """
     k_len = q_len if k_len is None else k_len
     _check_lengths(q_len=q_len, k_len=k_len)
@@ -109,10 +126,12 @@ def padding_mask(valid_lens: torch.Tensor, max_len: int | None = None
             numbers).
         max_len: The number of keys ``Lk``, at least the largest length.
 
-    Example::
-
-        m = padding_mask(torch.tensor([3, 1]))  # (2, 1, 1, 3)
-        m[:, 0, 0].tolist()  # [[True, True, True], [True, False, False]]
+    Example:
+        >>> m = padding_mask(torch.tensor([3, 1]))  # (B, 1, 1, Lk)
+        >>> m.shape
+        torch.Size([2, 1, 1, 3])
+        >>> m[:, 0, 0].tolist()
+        [[True, True, True], [True, False, False]]
     """
     if not isinstance(valid_lens, torch.Tensor):
         raise TypeError(f"valid_lens: expected a tensor of shape (B,) or "

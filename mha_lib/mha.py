@@ -43,12 +43,13 @@ class MultiHeadAttention(nn.Module):
         dropout: Probability of zeroing an attention weight in training.
         bias: Whether the four linear layers have biases.
 
-    Example::
-
-        mha = MultiHeadAttention(d_model=8, num_heads=4)
-        x = torch.randn(3, 6, 8)                    # (B, L, d_model)
-        mask = padding_mask(torch.tensor([6, 4, 2])) & causal_mask(6)
-        out, weights = mha(x, mask=mask)  # (3, 6, 8), (3, 4, 6, 6)
+    Example:
+        >>> mha = MultiHeadAttention(d_model=8, num_heads=4)
+        >>> x = torch.randn(3, 6, 8)  # (B, L, d_model)
+        >>> mask = padding_mask(torch.tensor([6, 4, 2])) & causal_mask(6)
+        >>> out, weights = mha(x, mask=mask)
+        >>> out.shape, weights.shape  # (B, L, d_model), (B, H, Lq, Lk)
+        (torch.Size([3, 6, 8]), torch.Size([3, 4, 6, 6]))
     """
 
     def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0,

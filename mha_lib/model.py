@@ -44,6 +44,17 @@ class TinyTransformer(nn.Module):
         d_ff: Hidden width of each feed-forward network; None for
             ``4 * d_model``.
         dropout: Dropout probability of every block.
+
+    Example:
+        >>> _ = torch.manual_seed(0)
+        >>> model = TinyTransformer(vocab_size=10, d_model=16, num_heads=4,
+        ...                         num_layers=2, max_len=32).eval()
+        >>> prompt = torch.tensor([[1, 2, 3]])  # (B, L) token ids
+        >>> cached = model.generate(prompt, max_new_tokens=5)
+        >>> cached.shape
+        torch.Size([1, 8])
+        >>> torch.equal(cached, model.generate(prompt, 5, use_cache=False))
+        True
     """
 
     def __init__(self, vocab_size: int, d_model: int, num_heads: int,

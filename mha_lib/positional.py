@@ -59,6 +59,12 @@ class PositionalEncoding(nn.Module):
         d_model: The width of the embeddings it is added to.
         dropout: The dropout probability applied after the addition.
         max_len: The longest sequence it can encode (rows of the table).
+
+    Example:
+        >>> pe = PositionalEncoding(d_model=8, dropout=0.0)
+        >>> y = pe(torch.zeros(2, 5, 8))  # (B, L, d_model)
+        >>> y.shape, torch.equal(y[0], sinusoidal_encoding(5, 8))
+        (torch.Size([2, 5, 8]), True)
     """
 
     def __init__(

@@ -62,6 +62,12 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor,
         base: The base of the angle frequencies (10000 in the paper).
         interleaved: The pair layout: adjacent features (True) or the two
             halves (False).
+
+    Example:
+        >>> x = torch.randn(1, 2, 6, 4)  # (B, H, L, D)
+        >>> rotated = apply_rotary(x, positions=torch.arange(6))
+        >>> torch.allclose(rotated.norm(dim=-1), x.norm(dim=-1))  # rotation
+        True
     """
     _check_inputs(x, positions, base, interleaved)
     # float64 angles: a float32 position or angle rounds late positions.
@@ -139,6 +145,12 @@ class RotaryAttention(GroupedQueryAttention):
         bias: Whether the four linear layers have biases.
         base: The base of the rotary frequencies (10000 in the paper).
         interleaved: The pair layout of :func:`apply_rotary`.
+
+    Example:
+        >>> attention = RotaryAttention(d_model=16, num_heads=4)
+        >>> out, _ = attention(torch.randn(2, 6, 16), is_causal=True)
+        >>> out.shape
+        torch.Size([2, 6, 16])
     """
 
     def __init__(self, d_model: int, num_heads: int,

@@ -71,6 +71,15 @@ def encode(
             token of ``texts`` must be in it.
         pad_id: The id that fills short texts up to the longest one; may be
             None only when all texts have the same number of tokens.
+
+    Example:
+        >>> texts = ["What is next?", "Hello!"]
+        >>> tokenize(texts[0])
+        ['what', 'is', 'next']
+        >>> stoi = build_vocab(texts, specials=("<pad>",))
+        >>> ids, lengths = encode(texts, stoi, pad_id=stoi["<pad>"])
+        >>> ids.tolist(), lengths.tolist()
+        ([[4, 2, 3], [1, 0, 0]], [3, 1])
     """
     if isinstance(texts, str):
         texts = [texts]

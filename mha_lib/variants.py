@@ -108,6 +108,13 @@ class D2LMultiHeadAttention(nn.Module):
         num_heads: ``H``, a divisor of ``num_hiddens``.
         dropout: The dropout probability on the attention weights.
         bias: Whether the four projections have a bias (d2l: no).
+
+    Example:
+        >>> attention = D2LMultiHeadAttention(
+        ...     8, 8, 8, num_hiddens=8, num_heads=4, dropout=0.0)
+        >>> x = torch.randn(2, 6, 8)  # (B, L, num_hiddens)
+        >>> attention(x, x, x, valid_lens=torch.tensor([6, 3])).shape
+        torch.Size([2, 6, 8])
     """
 
     def __init__(self, key_size: int, query_size: int, value_size: int,
@@ -177,6 +184,14 @@ class EinsumMultiHeadAttention(nn.Module):
         d_v: The width of one head's values.
         dropout: The dropout probability after the output projection
             ``fc``.
+
+    Example:
+        >>> attention = EinsumMultiHeadAttention(
+        ...     n_head=4, d_model=8, d_k=3, d_v=5, dropout=0.0)
+        >>> x = torch.randn(2, 6, 8)  # (B, L, d_model)
+        >>> out, attn = attention(x, x, x, mask=causal_mask(6))
+        >>> out.shape, attn.shape  # (B, L, d_model), (H, B, Lq, Lk)
+        (torch.Size([2, 6, 8]), torch.Size([4, 2, 6, 6]))
     """
 
     def __init__(self, n_head: int, d_model: int, d_k: int, d_v: int,

@@ -16,10 +16,10 @@ the rendered page (signatures, parameter descriptions, chapter links).
 from __future__ import annotations
 
 import ast
+import doctest
 import importlib
 import inspect
 import re
-import textwrap
 import types
 import typing
 from dataclasses import dataclass, field
@@ -309,24 +309,50 @@ def test_hand_written_values_are_the_librarys(page: Documented) -> None:
         assert repr(resolve(dotted)) == value, f"{dotted}: the page says {value}"
 
 
-def _examples() -> list[tuple[str, str]]:
-    """The ``Example::`` blocks of mha_lib's public docstrings: (name, code)."""
-    import mha_lib
-    found = []
-    for name in mha_lib.__all__:
-        doc = inspect.getdoc(getattr(mha_lib, name)) or ""
-        if "Example::" in doc:
-            block = doc.split("Example::", 1)[1].split("\n\n", 2)[1]
-            found.append((name, textwrap.dedent(block)))
-    return found
-
-
-def test_docstring_examples_run() -> None:
-    """Each example the API page shows runs, with the names of ``mha_lib``."""
-    import torch
+def _examples() -> list[doctest.DocTest]:
+    """The ``Example:`` sections (doctests) of every docstring in mha_lib's modules."""
+    import pkgutil
 
     import mha_lib
-    examples = _examples()
-    assert {name for name, _ in examples} >= {"MultiHeadAttention", "padding_mask"}
-    for _name, code in examples:
-        exec(code, {"torch": torch, **{n: getattr(mha_lib, n) for n in mha_lib.__all__}})
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    tests = []
+    for info in pkgutil.iter_modules(mha_lib.__path__, "mha_lib."):
+        module = importlib.import_module(info.name)
+        tests += [t for t in finder.find(module) if t.examples]
+    return sorted(tests, key=lambda t: t.name)
+
+
+EXAMPLES = _examples()
+
+
+def test_the_main_entry_points_have_examples() -> None:
+    names = {t.name.rsplit(".", 1)[-1] for t in EXAMPLES}
+    for name in ("MultiHeadAttention", "scaled_dot_product_attention", "causal_mask",
+                 "padding_mask", "encode", "KVCache", "TinyTransformer",
+                 "GroupedQueryAttention", "to_torch_mha", "sliding_window_mask"):
+        assert name in names, f"{name}: no example in its docstring"
+
+
+@pytest.mark.parametrize("test", EXAMPLES, ids=lambda t: t.name)
+def test_docstring_example_runs(test: doctest.DocTest) -> None:
+    """Each example the API page shows runs and prints what it says, with ``torch`` and
+    the names of ``mha_lib.__all__`` in scope (as the page's conventions say), after
+    ``torch.manual_seed(0)``."""
+    import mha_lib
+    test.globs = {"torch": torch, **{n: getattr(mha_lib, n) for n in mha_lib.__all__}}
+    torch.manual_seed(0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    report: list[str] = []
+    runner.run(test, out=report.append)
+    assert runner.failures == 0, "".join(report)
+
+
+def test_a_wrong_example_fails() -> None:
+    """The check can fail: an example that prints something else is caught."""
+    import mha_lib
+    wrong = doctest.DocTestParser().get_doctest(
+        ">>> causal_mask(2).int().tolist()\n[[1, 1], [1, 1]]\n",
+        {"causal_mask": mha_lib.causal_mask}, "wrong", None, 0)
+    runner = doctest.DocTestRunner()
+    runner.run(wrong, out=lambda text: None)
+    assert runner.failures == 1
