@@ -384,14 +384,8 @@ def test_repr_and_sizes():
     assert sum(p.numel() for p in block.parameters()) == attention + ffn + norms
 
 
-def test_compile_fullgraph_and_export():
-    block = _block().eval()
-    x = _x()
-    expected = block(x, is_causal=True)[0]
-    compiled = torch.compile(block, fullgraph=True, backend="eager")
-    assert_close(compiled(x, is_causal=True)[0], expected, **TOL)
-    exported = torch.export.export(block, (x,), {"is_causal": True})
-    assert_close(exported.module()(x, is_causal=True)[0], expected, **TOL)
+# torch.compile(fullgraph=True) and torch.export of the block, on both paths:
+# test_practitioner.test_compile_fullgraph_and_export_every_module[block].
 
 
 # --- TinyTransformer is built from it ------------------------------------------------------

@@ -152,31 +152,8 @@ def test_the_cache_is_smaller_than_multi_head_attentions():
     assert theirs.nbytes == 10 * 2 * 64 * 4
 
 
-def test_rotary_and_latent_attention_compile_fullgraph_and_export():
-    """Graph capture, as for MultiHeadAttention: no graph breaks, same numbers."""
-    from mha_lib import RotaryAttention
-
-    torch.manual_seed(4)
-    x = torch.randn(2, 5, 16)
-    for module in (RotaryAttention(16, 4, 2).eval(),
-                   MultiHeadLatentAttention(16, 4, 6, 4).eval()):
-        for need_weights in (True, False):
-            def run(t, m=module, nw=need_weights):
-                return m(t, is_causal=True, need_weights=nw)[0]
-            compiled = torch.compile(run, fullgraph=True, backend="aot_eager")
-            torch.testing.assert_close(compiled(x), run(x))
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, t):
-                return self.m(t, is_causal=True, need_weights=False)[0]
-
-        wrapped = Wrapped(module)
-        exported = torch.export.export(wrapped, (x,))
-        torch.testing.assert_close(exported.module()(x), wrapped(x))
+# Graph capture (torch.compile fullgraph, torch.export) of rotary and latent attention on
+# every path: test_practitioner.test_compile_fullgraph_and_export_every_module.
 
 
 def test_absorbed_form_sees_what_the_layers_do_now():

@@ -309,13 +309,8 @@ def test_export_matches_eager(kind, mask_kind):
     assert_close(exported.module()(*args), model(*args))
 
 
-def test_tiny_transformer_compiles_and_exports():
-    torch.manual_seed(7)
-    model = TinyTransformer(11, 16, 4, 2, max_len=12, num_kv_heads=2).eval()
-    idx = torch.randint(11, (2, 9))
-    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
-    assert_close(compiled(idx), model(idx))
-    assert_close(torch.export.export(model, (idx,)).module()(idx), model(idx))
+# TinyTransformer under torch.compile and torch.export:
+# test_compile_fullgraph_and_export_every_module[tiny] below.
 
 
 def test_compiled_with_inductor_matches_eager():
