@@ -1182,6 +1182,7 @@ WRONG = {
         "both_products": lambda: (lambda b, length, d, h: 4 * b * length ** 2 * d,),
         "heads_times_d_model": lambda: (lambda b, length, d, h: 2 * b * h * length ** 2 * d,),
         "linear_in_length": lambda: (lambda b, length, d, h: 2 * b * length * d,),
+        "one_head": lambda: (lambda b, length, d, h: 2 * b * length ** 2 * (d // h),),
     },
     "check_weights_mib": {
         "megabytes": lambda: (lambda b, length, h, t: b * h * length ** 2

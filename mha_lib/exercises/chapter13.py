@@ -42,6 +42,8 @@ FLOPS = catalogue(
                          "H * L^2 * d_model", _WORK),
     linear_in_length=("the score matrix is L x L: L^2 dot products, each "
                       "of head_dim multiply-adds", _WORK),
+    one_head=("that is one head's Q K^T; each of the H heads computes "
+              "its own: B * H * 2 * L^2 * head_dim", _WORK),
 )
 
 
@@ -71,6 +73,7 @@ def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
             (FLOPS["both_products"], 2 * expected),
             (FLOPS["heads_times_d_model"], expected * num_heads),
             (FLOPS["linear_in_length"], expected // length),
+            (FLOPS["one_head"], expected // num_heads),
         ])
         if problem is not None:
             return problem
