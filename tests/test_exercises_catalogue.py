@@ -98,6 +98,22 @@ def pe_wrong(length, d_model, two=2, divide=True, start=0, layout="pairs"):
     return pe
 
 
+def _pe_column_index(length, d_model):  # 10000 ** (j / d_model), j the column
+    j = torch.arange(d_model)
+    angles = torch.arange(length)[:, None] / 10000.0 ** (j / d_model)  # (L, d_model)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angles[:, 0::2].sin(), angles[:, 1::2].cos()
+    return pe
+
+
+def _pe_integer_division(length, d_model):  # 2 * i // d_model: always 0
+    i = torch.arange(d_model // 2)
+    angles = torch.arange(length)[:, None] / 10000.0 ** (2 * i // d_model)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angles.sin(), angles.cos()
+    return pe
+
+
 def shift(k=3, d=8, two=2):
     omega = 10000.0 ** (-torch.arange(0, d, 2) * two / 2 / d)
     blocks = [torch.tensor([[torch.cos(w * k), torch.sin(w * k)],
@@ -900,6 +916,8 @@ WRONG = {
         "exponent_4i": lambda: (lambda n, d: pe_wrong(n, d, two=4),),
         "multiplied": lambda: (lambda n, d: pe_wrong(n, d, divide=False),),
         "from_one": lambda: (lambda n, d: pe_wrong(n, d, start=1),),
+        "column_index": lambda: (_pe_column_index,),
+        "integer_division": lambda: (_pe_integer_division,),
     },
     "check_shift_matrix": {
         "backwards": lambda: (shift().T,),

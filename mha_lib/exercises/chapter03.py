@@ -37,6 +37,13 @@ SINUSOIDAL = catalogue(
                 "fall too slowly", _FORMULA),
     exponent_4i=("torch.arange(0, d_model, 2) already holds 2i: doubling "
                  "it again makes the frequencies fall too fast", _FORMULA),
+    column_index=("the exponent uses the column index j, so the cosine "
+                  "in column 2i + 1 gets (2i + 1) / d_model: a sine and "
+                  "its cosine share one frequency, 10000 ** (2i / "
+                  "d_model) with i the pair index", _FORMULA),
+    integer_division=("2 * i // d_model is integer division: it is 0 for "
+                      "every pair, so all pairs turn at frequency 1; "
+                      "write 2 * i / d_model", _FORMULA),
     multiplied=("the positions are multiplied by 10000 ** (2i / d_model); "
                 "they are divided by it", _FORMULA),
     from_one=("the positions start at 1; they start at 0, so row 0 is "
@@ -54,6 +61,8 @@ def _table(length: int, d_model: int, exponent: float = 2.0,
                        dtype=torch.float64)[:, None]  # (L, 1)
     angles = pos / power if divide else pos * power  # (L, d_model/2)
     sin, cos = angles.sin(), angles.cos()
+    if layout == "column_index":  # cos column 2i + 1: (2i + 1) / d_model
+        cos = (pos / 10000.0 ** ((2 * i + 1) / d_model)).cos()
     if layout == "concatenated":
         return torch.cat([sin, cos], dim=-1).float()
     if layout == "swapped":
@@ -90,6 +99,10 @@ def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                  partial(_table, *size, layout="swapped")),
                 (SINUSOIDAL["exponent_i"], partial(_table, *size, 1.0)),
                 (SINUSOIDAL["exponent_4i"], partial(_table, *size, 4.0)),
+                (SINUSOIDAL["column_index"],
+                 partial(_table, *size, layout="column_index")),
+                (SINUSOIDAL["integer_division"],
+                 partial(_table, *size, 0.0)),
                 (SINUSOIDAL["multiplied"],
                  partial(_table, *size, divide=False)),
                 (SINUSOIDAL["from_one"], partial(_table, *size, start=1)),
