@@ -76,8 +76,8 @@ TO_TORCH = catalogue(
     out_proj_bias=("out_proj.bias was not copied (in_proj_bias was)",
                    _INSIDE),
     per_head=("in_proj_weight holds q, k and v head by head, UvA's "
-              "qkv_proj layout (h three d); nn.MultiheadAttention wants all "
-              "queries, then all keys, then all values: (three h d), "
+              "qkv_proj layout (h three d); nn.MultiheadAttention wants "
+              "all queries, then all keys, then all values: (three h d), "
               "cat([W_q, W_k, W_v])", _UVA),
     no_grad=("copy_ into a parameter that requires a gradient is refused: "
              "copy inside with torch.no_grad():", _INSIDE),
