@@ -1083,6 +1083,8 @@ WRONG = {
     },
     "check_repeat_lens": {
         "tiled": lambda: (lambda v, h: v.repeat(h, *[1] * (v.dim() - 1)),),
+        # written for (B,) lengths: fails on (B, Lq)
+        "one_d_only": lambda: (lambda v, h: v[:, None].expand(-1, h).reshape(-1),),
         "copying": lambda: (lambda v, h: torch.repeat_interleave(v, h, dim=0),),
         # concatenated copies: right numbers, but not indexing, expand or reshape
         "copying/cat": lambda: (lambda v, h: torch.stack([v] * h, dim=1).reshape(
