@@ -10,6 +10,7 @@ the checker with that mistake planted (as a learner would write it;
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -255,19 +256,35 @@ def d2l_to_mha(d2l, transpose=False, rename=None, skip=(), bias=None,
 # --- chapter 11 -----------------------------------------------------------
 
 def my_to_torch(m, order="qkv", transpose=False, dim=0, out=True, biases=True,
-                batch_first=True):
+                batch_first=True, in_bias=True, out_bias=True, per_head=False,
+                no_grad=True):
     has_bias = m.q_proj.bias is not None
     t = nn.MultiheadAttention(m.d_model, m.num_heads, bias=has_bias,
                               batch_first=batch_first)
     projs = {"q": m.q_proj, "k": m.k_proj, "v": m.v_proj}
-    with torch.no_grad():
+    with torch.no_grad() if no_grad else contextlib.nullcontext():
         weights = [projs[c].weight.T if transpose else projs[c].weight for c in order]
-        t.in_proj_weight.copy_(torch.cat(weights, dim=dim))
+        weight = torch.cat(weights, dim=dim)
+        if per_head:  # UvA's qkv_proj rows: (h three d)
+            weight = rearrange(weight, "(three h d) i -> (h three d) i", three=3,
+                               h=m.num_heads)
+        t.in_proj_weight.copy_(weight)
         if out:
             t.out_proj.weight.copy_(m.out_proj.weight)
         if has_bias and biases:
-            t.in_proj_bias.copy_(torch.cat([projs[c].bias for c in order]))
-            t.out_proj.bias.copy_(m.out_proj.bias)
+            if in_bias:
+                t.in_proj_bias.copy_(torch.cat([projs[c].bias for c in order]))
+            if out_bias:
+                t.out_proj.bias.copy_(m.out_proj.bias)
+    return t
+
+
+def my_to_torch_unbiased(m):  # bias=False whatever m has
+    t = nn.MultiheadAttention(m.d_model, m.num_heads, bias=False, batch_first=True)
+    with torch.no_grad():
+        t.in_proj_weight.copy_(torch.cat([m.q_proj.weight, m.k_proj.weight,
+                                          m.v_proj.weight]))
+        t.out_proj.weight.copy_(m.out_proj.weight)
     return t
 
 
@@ -296,7 +313,11 @@ def torch_masks_arange(valid_lens, length):
 
 
 def sdpa(m, x, mask=None, how="right"):
-    q, k, v = (split_heads(p(x), m.num_heads) for p in (m.q_proj, m.k_proj, m.v_proj))
+    def project(p):  # a learner's F.linear, with or without the bias
+        no_bias = how in ("no_biases", "no_bias_anywhere")
+        return F.linear(x, p.weight, None if no_bias else p.bias)
+
+    q, k, v = (split_heads(project(p), m.num_heads) for p in (m.q_proj, m.k_proj, m.v_proj))
     if how == "view_split":  # the heads cut out of the sequence
         q, k, v = (p(x).view(x.size(0), m.num_heads, x.size(1), -1)
                    for p in (m.q_proj, m.k_proj, m.v_proj))
@@ -307,6 +328,10 @@ def sdpa(m, x, mask=None, how="right"):
     elif how == "ignored":
         mask = None
     kwargs = {"is_causal": True} if how == "is_causal" else {}
+    if how == "d_model_scale":  # 1 / sqrt(d_model): the whole width
+        kwargs = {"scale": 1 / math.sqrt(m.d_model)}
+    elif how == "length_scale":  # 1 / sqrt(L): a sequence length
+        kwargs = {"scale": 1 / math.sqrt(x.size(1))}
     heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs)
     if how == "nan":  # a row norm that divides zero by zero
         size = heads.abs().sum(-1, keepdim=True)
@@ -316,6 +341,8 @@ def sdpa(m, x, mask=None, how="right"):
     merged = merge_heads(heads)
     if how == "no_out_proj":
         return merged
+    if how in ("no_bias_out", "no_bias_anywhere"):
+        return merged @ m.out_proj.weight.T
     out = m.out_proj(merged)
     return out.detach() if how == "detached" else out
 
@@ -1074,6 +1101,8 @@ WRONG = {
     },
     "check_repeat_lens": {
         "tiled": lambda: (lambda v, h: v.repeat(h, *[1] * (v.dim() - 1)),),
+        # written for (B,) lengths: fails on (B, Lq)
+        "one_d_only": lambda: (lambda v, h: v[:, None].expand(-1, h).reshape(-1),),
         "copying": lambda: (lambda v, h: torch.repeat_interleave(v, h, dim=0),),
         # concatenated copies: right numbers, but not indexing, expand or reshape
         "copying/cat": lambda: (lambda v, h: torch.stack([v] * h, dim=1).reshape(
@@ -1108,6 +1137,14 @@ WRONG = {
         "keys_first": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhtl", q, k)
                                / q.size(-1) ** 0.5,),
         "not_one_einsum": lambda: (lambda q, k: q @ k.mT / q.size(-1) ** 0.5,),
+        "scaled_by_length": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k)
+                                     / math.sqrt(k.size(-2)),),
+        "scaled_by_length/queries": lambda: (
+            lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k) / math.sqrt(q.shape[2]),),
+        "scaled_by_heads": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k)
+                                    / math.sqrt(q.size(1)),),
+        "softmaxed": lambda: (lambda q, k: (torch.einsum("bhld,bhtd->bhlt", q, k)
+                                            / math.sqrt(q.size(-1))).softmax(-1),),
     },
     "check_einops_mask": {
         "library_convention": lambda: (lambda n, length: padding_mask(n, length)[:, 0]
@@ -1139,6 +1176,13 @@ WRONG = {
                                + (h * dk + 1) * d + 2 * d,),
         "queries_keys_d_v": lambda: (lambda h, d, dk, dv: (d + 1) * h * 3 * dv
                                      + (h * dv + 1) * d + 2 * d,),
+        "d_model_short": lambda: (lambda h, d, dk, dv: (d + 1) * h * (2 * dk + dv)
+                                  + h * dv * d + 2 * d,),  # fc without its bias
+        "d_model_short/norm_weight": lambda: (
+            lambda h, d, dk, dv: (d + 1) * h * (2 * dk + dv) + (h * dv + 1) * d + d,),
+        "no_projection_biases": lambda: (lambda h, d, dk, dv: d * h * (2 * dk + dv)
+                                         + (h * dv + 1) * d + 2 * d,),
+        "chapter8_sizes": lambda: (lambda h, d, dk, dv: 4 * (d * d + d) + 2 * d,),
     },
     "check_to_torch": {
         "order": lambda: (lambda m: my_to_torch(m, order="kqv"),),
@@ -1148,6 +1192,11 @@ WRONG = {
         "biases": lambda: (lambda m: my_to_torch(m, biases=False),),
         "batch_first": lambda: (lambda m: my_to_torch(m, batch_first=False),),
         "library": lambda: (lambda m: mha_lib.to_torch_mha(m),),
+        "made_without_bias": lambda: (lambda m: my_to_torch_unbiased(m),),
+        "in_proj_bias": lambda: (lambda m: my_to_torch(m, in_bias=False),),
+        "out_proj_bias": lambda: (lambda m: my_to_torch(m, out_bias=False),),
+        "per_head": lambda: (lambda m: my_to_torch(m, per_head=True),),
+        "no_grad": lambda: (lambda m: my_to_torch(m, no_grad=False),),
     },
     "check_torch_masks": {
         "padding_polarity": lambda: (lambda n, length: (
@@ -1173,6 +1222,12 @@ WRONG = {
         "nan_row": lambda: (lambda m, x, mask: sdpa(m, x, mask, "nan"),),
         "no_sdpa": lambda: (lambda m, x, mask: m(x, mask=mask, need_weights=False)[0],),
         "no_gradient": lambda: (lambda m, x, mask: sdpa(m, x, mask, "detached"),),
+        "no_biases": lambda: (lambda m, x, mask: sdpa(m, x, mask, "no_biases"),),
+        "no_biases/anywhere": lambda: (
+            lambda m, x, mask: sdpa(m, x, mask, "no_bias_anywhere"),),
+        "no_out_bias": lambda: (lambda m, x, mask: sdpa(m, x, mask, "no_bias_out"),),
+        "scaled_by_d_model": lambda: (lambda m, x, mask: sdpa(m, x, mask, "d_model_scale"),),
+        "scaled_by_length": lambda: (lambda m, x, mask: sdpa(m, x, mask, "length_scale"),),
     },
     "check_block_params": {
         "four_d_missing": lambda: (lambda d, f: block_params(d, f) - 4 * d,),

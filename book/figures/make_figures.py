@@ -300,10 +300,62 @@ CHAPTERS: dict[int, tuple[tuple[str, ...], str, str | None]] = {
 }
 
 
-def _strip_shapes(s: Shapes) -> dict[str, tuple[int, ...] | None]:
+def _strip_shapes(s: Shapes, chapter: int = 0) -> dict[str, tuple[int, ...] | None]:
+    """The shapes under the strip's boxes: the running example's, except in the two
+    chapters whose module works on other shapes (chapters 9 and 10)."""
+    if chapter == 9:
+        return _d2l_strip_shapes(s)
+    if chapter == 10:
+        return _einsum_strip_shapes(s)
     return {"text": None, "ids": s.ids, "embed": s.embedded, "+ pos": s.positioned,
             "Q K V": s.q, "heads": s.q_heads, "attention": s.head_out, "merge": s.merged,
             "W^{O}": s.output}
+
+
+def _d2l_strip_shapes(s: Shapes) -> dict[str, tuple[int, ...] | None]:
+    """Chapter 9: chapter 7's padded batch (the 3 sentences + "What is next?") through
+    D2LMultiHeadAttention, heads folded into the batch, (B*H, L, D)."""
+    import mha_lib
+    from mha_lib.exercises import SENTENCES
+
+    stoi = mha_lib.build_vocab(SENTENCES, specials=("<pad>",))
+    ids, lens = mha_lib.encode([*SENTENCES, "What is next?"], stoi, pad_id=0)  # (B, L)
+    with torch.random.fork_rng(), torch.no_grad():
+        d2l = mha_lib.D2LMultiHeadAttention(s.d_model, s.d_model, s.d_model, s.d_model,
+                                            s.heads, dropout=0.0)
+        x = torch.zeros(*ids.shape, s.d_model)                        # (B, L, d_model)
+        q = d2l.W_q(x)                                                # (B, L, d_model)
+        folded = mha_lib.transpose_qkv(q, s.heads)                    # (B*H, L, D)
+        attended = d2l.attention(folded, folded, folded,
+                                 torch.repeat_interleave(lens, s.heads))  # (B*H, L, D)
+        merged = mha_lib.transpose_output(attended, s.heads)          # (B, L, d_model)
+        output = d2l(x, x, x, lens)                                   # (B, L, d_model)
+    return {"text": None, "ids": tuple(ids.shape), "embed": tuple(x.shape),
+            "+ pos": tuple(x.shape), "Q K V": tuple(q.shape), "heads": tuple(folded.shape),
+            "attention": tuple(attended.shape), "merge": tuple(merged.shape),
+            "W^{O}": tuple(output.shape)}
+
+
+def _einsum_strip_shapes(s: Shapes, d_k: int = 3, d_v: int = 5
+                         ) -> dict[str, tuple[int, ...] | None]:
+    """Chapter 10: EinsumMultiHeadAttention with d_k = 3, d_v = 5, heads first,
+    (H, B, L, d_k); the box "Q K V" shows the queries' H * d_k features."""
+    import mha_lib
+    from einops import rearrange
+
+    with torch.random.fork_rng(), torch.no_grad():
+        m = mha_lib.EinsumMultiHeadAttention(s.heads, s.d_model, d_k, d_v, dropout=0.0)
+        x = torch.zeros(s.batch, s.length, s.d_model)                # (B, L, d_model)
+        q = m.w_qs(x)                                                 # (B, L, H*d_k)
+        q_heads = rearrange(q, "b l (head k) -> head b l k", head=s.heads)
+        v_heads = rearrange(m.w_vs(x), "b t (head v) -> head b t v", head=s.heads)
+        output, attn = m(x, x, x)                                     # (B, L, d_model)
+        attended = torch.einsum("hblt,hbtv->hblv", attn, v_heads)     # (H, B, L, d_v)
+        merged = rearrange(attended, "head b l v -> b l (head v)")    # (B, L, H*d_v)
+    return {"text": None, "ids": s.ids, "embed": s.embedded, "+ pos": s.positioned,
+            "Q K V": tuple(q.shape), "heads": tuple(q_heads.shape),
+            "attention": tuple(attended.shape), "merge": tuple(merged.shape),
+            "W^{O}": tuple(output.shape)}
 
 
 def _plain(stage: str) -> str:
@@ -315,7 +367,7 @@ def strip_alt(chapter: int, s: Shapes | None = None) -> str:
     """The alt text of chapter ``chapter``'s strip: where the chapter sits in the pipeline."""
     s = s or running_example()
     hot, caption, module = CHAPTERS[chapter]
-    shapes = _strip_shapes(s)
+    shapes = _strip_shapes(s, chapter)
     stages = ", ".join(_plain(st) + (f" {fmt(shapes[st])}" if shapes[st] else "")
                        for st in STRIP_STAGES)
     where = (f"this chapter covers {' and '.join(_plain(h) for h in hot)}" if hot else "")
@@ -330,7 +382,7 @@ def strip_alt(chapter: int, s: Shapes | None = None) -> str:
 
 def strip(chapter: int, s: Shapes) -> Svg:
     hot, caption, module = CHAPTERS[chapter]
-    shapes = _strip_shapes(s)
+    shapes = _strip_shapes(s, chapter)
     svg = Svg(118 if module else 96, f"You are here: {caption.replace('^{O}', '^O')}",
               strip_alt(chapter, s))
     top = 46 if module else 26

@@ -35,7 +35,16 @@ REPEAT = catalogue(
                     "the batch axis, not after Lq", _TWO_D),
     flattened=("2-D valid_lens keep their Lq axis: (B, Lq) -> (B*H, Lq)",
                _TWO_D),
+    one_d_only=("that works for (B,) lengths only: valid_lens may also be "
+                "(B, Lq), so keep the axes after the batch axis "
+                "(valid_lens.shape[1:])", _TWO_D),
 )
+
+
+def _explain_repeat(error: BaseException, record: object) -> object:
+    """An answer written for 1-D lengths fails on 2-D ones."""
+    return REPEAT["one_d_only"] if isinstance(
+        error, (RuntimeError, IndexError, ValueError)) else None
 
 _COPIES = (torch.repeat_interleave, torch.Tensor.repeat_interleave,
            torch.Tensor.repeat, torch.tile, torch.Tensor.tile, torch.cat,
@@ -56,7 +65,8 @@ def check_repeat_lens(
         rest = valid_lens.shape[1:]
         for num_heads in (4, 1, 3):
             shown = f"{valid_lens.tolist()}, {num_heads}"
-            call = attempt(fn, valid_lens.clone(), num_heads, shown=shown)
+            call = attempt(fn, valid_lens.clone(), num_heads, shown=shown,
+                           explain=_explain_repeat if rest else None)
             if call.verdict is not None:
                 return call.verdict
             expected = torch.repeat_interleave(valid_lens,

@@ -40,6 +40,16 @@ SCORES = catalogue(
                        _SCALE, 6),
     multiplied=("the scores are multiplied by sqrt(D); divide them",
                 _SCALE, 6),
+    scaled_by_length=("the scores are divided by the square root of a "
+                      "sequence length (Lq or Lk, the dim -2 of q or k); "
+                      "the scale is 1 / sqrt(D), D = d_k the last dim of q",
+                      _SCALE, 6),
+    scaled_by_heads=("the scores are divided by sqrt(H), the number of "
+                     "heads (dim 1); the scale is 1 / sqrt(D), D = d_k the "
+                     "last dim of q", _SCALE, 6),
+    softmaxed=("these are the attention weights, softmax(scores): the "
+               "exercise returns the scaled scores, before the softmax",
+               _SCORES),
     keys_first=("the output axes are in the wrong order: queries index "
                 "the rows, 'bhld,bhtd->bhlt', not '->bhtl'", _SCORES),
     not_one_einsum=("the exercise computes the scores with a single "
@@ -55,8 +65,10 @@ def check_einsum_scores(
     layout, ``q (B, H, Lq, D)``, ``k (B, H, Lk, D)`` ->
     ``(B, H, Lq, Lk)``."""
     generator = torch.Generator().manual_seed(10)
-    for batch, heads, q_len, k_len, head_dim in ((3, 4, 6, 6, 2),
-                                                 (2, 3, 3, 5, 4),
+    # the first case tells the scales apart: sqrt(D) = 2, D = 4,
+    # sqrt(H) = 1.41, sqrt(Lq) = 1.73, sqrt(Lk) = 2.24, sqrt(H * D) = 2.83
+    for batch, heads, q_len, k_len, head_dim in ((2, 2, 3, 5, 4),
+                                                 (3, 4, 6, 6, 2),
                                                  (1, 2, 1, 7, 3)):
         q = torch.randn(batch, heads, q_len, head_dim, generator=generator)
         k = torch.randn(batch, heads, k_len, head_dim, generator=generator)
@@ -64,16 +76,19 @@ def check_einsum_scores(
         if call.verdict is not None:
             return call.verdict
         raw = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+        right = raw / math.sqrt(head_dim)
         problem = check_tensor(
-            call.label, call.value, raw / math.sqrt(head_dim),
-            axes="(B, H, Lq, Lk)", mistakes=[
+            call.label, call.value, right, axes="(B, H, Lq, Lk)", mistakes=[
                 (SCORES["unscaled"], raw),
                 (SCORES["scaled_by_d"], raw / head_dim),
                 (SCORES["scaled_by_d_model"],
                  raw / math.sqrt(heads * head_dim)),
                 (SCORES["multiplied"], raw * math.sqrt(head_dim)),
-                (SCORES["keys_first"],
-                 (raw / math.sqrt(head_dim)).transpose(-2, -1)),
+                (SCORES["keys_first"], right.transpose(-2, -1)),
+                (SCORES["scaled_by_length"], raw / math.sqrt(q_len)),
+                (SCORES["scaled_by_length"], raw / math.sqrt(k_len)),
+                (SCORES["scaled_by_heads"], raw / math.sqrt(heads)),
+                (SCORES["softmaxed"], right.softmax(dim=-1)),
             ])
         if problem is not None:
             return problem
@@ -169,6 +184,16 @@ EINSUM_PARAMETERS = catalogue(
                    "d_model each", _PARTS),
     no_biases=("the biases are missing: every nn.Linear(a, b) has b of "
                "them", _PARTS),
+    d_model_short=("d_model parameters are missing: fc's bias or the "
+                   "LayerNorm's bias (d_model each: the LayerNorm has a "
+                   "weight and a bias)", _PARTS),
+    no_projection_biases=("the biases of w_qs, w_ks and w_vs are missing: "
+                          "n_head * d_k, n_head * d_k and n_head * d_v",
+                          _PARTS),
+    chapter8_sizes=("that is chapter 8's count, d_k = d_v = d_model / "
+                    "n_head; here d_k and d_v are free: w_qs and w_ks have "
+                    "n_head * d_k outputs, w_vs n_head * d_v",
+                    "The running example and the module"),
     d_k_d_v_swapped=("d_k and d_v are swapped: queries and keys have "
                      "n_head * d_k features, values n_head * d_v",
                      "The running example and the module"),
@@ -197,15 +222,20 @@ def _einsum_num_parameters(
 
 
 def _wrong_counts(n_head: int, d_model: int, d_k: int, d_v: int) -> list:
-    def count(k: int, v: int, bias: bool = True, norm: bool = True,
-              fc_in: int | None = None) -> int:
-        return (2 * _linear(d_model, n_head * k, bias)
-                + _linear(d_model, n_head * v, bias)
+    def count(k: int, v: int, bias: bool = True, norm: int = 2,
+              fc_in: int | None = None, in_bias: bool = True) -> int:
+        return (2 * _linear(d_model, n_head * k, bias and in_bias)
+                + _linear(d_model, n_head * v, bias and in_bias)
                 + _linear(fc_in or n_head * v, d_model, bias)
-                + (2 * d_model if norm else 0))
+                + norm * d_model)
 
-    return [(EINSUM_PARAMETERS["no_layer_norm"], count(d_k, d_v,
-                                                       norm=False)),
+    square = 4 * _linear(d_model, d_model) + 2 * d_model  # chapter 8's
+
+    return [(EINSUM_PARAMETERS["no_layer_norm"], count(d_k, d_v, norm=0)),
+            (EINSUM_PARAMETERS["d_model_short"], count(d_k, d_v, norm=1)),
+            (EINSUM_PARAMETERS["no_projection_biases"],
+             count(d_k, d_v, in_bias=False)),
+            (EINSUM_PARAMETERS["chapter8_sizes"], square),
             (EINSUM_PARAMETERS["no_biases"], count(d_k, d_v, bias=False)),
             (EINSUM_PARAMETERS["d_k_d_v_swapped"], count(d_v, d_k)),
             (EINSUM_PARAMETERS["square_fc"],

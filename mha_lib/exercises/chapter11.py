@@ -26,6 +26,7 @@ __all__ = ["check_to_torch", "check_torch_masks", "check_sdpa_attention"]
 _INSIDE = "Inside `nn.MultiheadAttention`"
 _ORDER = "The wrong way: the wrong order"
 _MASKS = "Masks: mind the opposite meaning"
+_UVA = "Another fused layout: UvA's per-head `qkv_proj`"
 _FUNCTIONAL = "PyTorch's functional core: the same convention as ours"
 
 
@@ -67,6 +68,19 @@ TO_TORCH = catalogue(
     out_proj=("out_proj was not copied", _INSIDE),
     biases=("the biases were not copied: in_proj_bias = cat of the "
             "three biases, and out_proj.bias", _INSIDE),
+    made_without_bias=("the module was made with bias=False, but m has "
+                       "biases: make it with bias=True (m.q_proj.bias is "
+                       "not None) and copy them", _INSIDE),
+    in_proj_bias=("in_proj_bias was not copied (out_proj.bias was): it is "
+                  "cat([q_proj.bias, k_proj.bias, v_proj.bias])", _INSIDE),
+    out_proj_bias=("out_proj.bias was not copied (in_proj_bias was)",
+                   _INSIDE),
+    per_head=("in_proj_weight holds q, k and v head by head, UvA's "
+              "qkv_proj layout (h three d); nn.MultiheadAttention wants "
+              "all queries, then all keys, then all values: (three h d), "
+              "cat([W_q, W_k, W_v])", _UVA),
+    no_grad=("copy_ into a parameter that requires a gradient is refused: "
+             "copy inside with torch.no_grad():", _INSIDE),
     batch_first=("make it with batch_first=True, so that it takes "
                  "(B, L, d_model) like mha_lib", _INSIDE),
     library=("that calls to_torch_mha; the exercise copies the weights "
@@ -75,8 +89,16 @@ TO_TORCH = catalogue(
 
 
 def _explain_to_torch(error: BaseException, record) -> object:
+    if "leaf Variable that requires grad" in str(error):
+        return TO_TORCH["no_grad"]
     return TO_TORCH["stacked_wrong_axis"] \
         if "size" in str(error) or "shape" in str(error) else None
+
+
+def _per_head(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """PyTorch's rows (three h d) in UvA's order (h three d)."""
+    return (weight.unflatten(0, (3, num_heads, -1)).transpose(0, 1)
+            .flatten(0, 2))
 
 
 def _in_proj_problem(m: MultiHeadAttention,
@@ -95,18 +117,26 @@ def _in_proj_problem(m: MultiHeadAttention,
         transposed = torch.cat([w[c].T for c in "qkv"]).detach()
         if torch.equal(given, transposed):
             return TO_TORCH["transposed"].verdict("in_proj_weight")
+        if torch.equal(given, _per_head(right, m.num_heads)):
+            return TO_TORCH["per_head"].verdict("in_proj_weight")
         return Verdict(False, "in_proj_weight does not hold the weights "
                               "of q_proj, k_proj and v_proj")
     if not torch.equal(t.out_proj.weight.detach(),
                        m.out_proj.weight.detach()):
         return TO_TORCH["out_proj"].verdict("out_proj.weight")
     if m.q_proj.bias is not None:
+        if t.in_proj_bias is None:
+            return TO_TORCH["made_without_bias"].verdict("in_proj_bias")
         bias = torch.cat([m.q_proj.bias, m.k_proj.bias, m.v_proj.bias])
-        if t.in_proj_bias is None or not torch.equal(
-                t.in_proj_bias.detach(), bias.detach()) \
-                or t.out_proj.bias is None or not torch.equal(
-                    t.out_proj.bias.detach(), m.out_proj.bias.detach()):
+        in_ok = torch.equal(t.in_proj_bias.detach(), bias.detach())
+        out_ok = t.out_proj.bias is not None and torch.equal(
+            t.out_proj.bias.detach(), m.out_proj.bias.detach())
+        if not in_ok and not out_ok:
             return TO_TORCH["biases"].verdict("in_proj_bias")
+        if not in_ok:
+            return TO_TORCH["in_proj_bias"].verdict("in_proj_bias")
+        if not out_ok:
+            return TO_TORCH["out_proj_bias"].verdict("out_proj.bias")
     return None
 
 
@@ -257,6 +287,19 @@ SDPA = catalogue(
                _FUNCTIONAL),
     no_out_proj=("the output projection is missing: m.out_proj after "
                  "merging the heads", "The output projection", 8),
+    no_biases=("the biases of q_proj, k_proj and v_proj are missing: call "
+               "the layers, m.q_proj(x), or pass p.bias to F.linear",
+               "Assembling the module", 8),
+    no_out_bias=("out_proj's bias is missing: call m.out_proj(...), or "
+                 "add m.out_proj.bias", "The output projection", 8),
+    scaled_by_d_model=("the scores are scaled by 1 / sqrt(d_model); each "
+                       "head's are scaled by 1 / sqrt(D), D = head_dim, "
+                       "the kernel's default: leave scale=None",
+                       "Why divide by $\\sqrt{d_k}$", 6),
+    scaled_by_length=("the scores are scaled by 1 / sqrt(L), a sequence "
+                      "length; the scale is 1 / sqrt(D), D = head_dim, the "
+                      "kernel's default: leave scale=None",
+                      "Why divide by $\\sqrt{d_k}$", 6),
     no_transpose=("the heads were merged without moving the head axis "
                   "back: merge_heads (or transpose(1, 2) before the "
                   "reshape)", "The wrong way: reshape without the "
@@ -288,8 +331,14 @@ def _explain_sdpa(error: BaseException | None, record) -> object:
 def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
                 mask: torch.Tensor | None, how: str) -> torch.Tensor:
     """The output of a usual wrong answer."""
+    def project(p: nn.Linear) -> torch.Tensor:  # (B, L, d_model)
+        no_bias = how in ("no_biases", "no_biases_at_all")
+        return F.linear(x, p.weight, None if no_bias else p.bias)
+
+    scale = {"scaled_by_d_model": x.size(-1) ** -0.5,
+             "scaled_by_length": x.size(1) ** -0.5}.get(how)
     with torch.no_grad():
-        q, k, v = (split_heads(p(x), m.num_heads)
+        q, k, v = (split_heads(project(p), m.num_heads)
                    for p in (m.q_proj, m.k_proj, m.v_proj))  # (B, H, L, D)
         if how.startswith("view_split"):  # (B, H, L, D) by a view, wrong
             q, k, v = (p(x).view(x.size(0), m.num_heads, x.size(1), -1)
@@ -300,12 +349,17 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
             mask = mask.float()
         elif how == "mask_ignored":
             mask = None
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                               scale=scale)
         if how in ("no_transpose", "view_split"):
             merged = heads.reshape(x.shape)  # (B, L, d_model), wrong
         else:
             merged = heads.transpose(1, 2).reshape(x.shape)  # (B, L, d)
-        return merged if how == "no_out_proj" else m.out_proj(merged)
+        if how == "no_out_proj":
+            return merged
+        if how in ("no_out_bias", "no_biases_at_all"):
+            return F.linear(merged, m.out_proj.weight)
+        return m.out_proj(merged)
 
 
 def _seen(called: list, *_: object) -> None:
@@ -355,6 +409,11 @@ def check_sdpa_attention(
                     and given.isnan().any() and not want.isnan().any():
                 return SDPA["nan_row"].verdict(call.label)
             wrong = [(SDPA["no_out_proj"], "no_out_proj"),
+                     (SDPA["no_biases"], "no_biases"),
+                     (SDPA["no_biases"], "no_biases_at_all"),
+                     (SDPA["no_out_bias"], "no_out_bias"),
+                     (SDPA["scaled_by_d_model"], "scaled_by_d_model"),
+                     (SDPA["scaled_by_length"], "scaled_by_length"),
                      (SDPA["no_transpose"], "no_transpose"),
                      (SDPA["view_split"], "view_split"),
                      (SDPA["view_split"], "view_split_merge_heads")]
