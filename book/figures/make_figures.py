@@ -351,8 +351,8 @@ def soft_lookup(c: Lookup) -> Svg:
     terms = " + ".join(f"{x:.3f}\u00b7v_{{{j + 1}}}" for j, x in enumerate(c.weights))
     svg.text(WIDTH / 2, row0 + 3 * dy + 8, f"output = {terms} = {out}", size=15,
              family=SANS)
-    svg.text(WIDTH / 2, row0 + 3 * dy + 32, "(a Python dict would return v_{1} and "
-             "nothing else; here every key matches a little)", size=13.5, fill=MUTED)
+    svg.text(WIDTH / 2, row0 + 3 * dy + 32, "(a Python dict needs a key equal to the "
+             "query and returns one value; here every key matches a little)", size=13.5, fill=MUTED)
     return svg
 
 
