@@ -23,7 +23,8 @@ Markdown** that reads well everywhere, and converted for the book at build time:
     ``([Vaswani et al., 2017](references.md#vaswani2017attention))`` in parentheses,
     several in one pair of parentheses separated by ``; ``.
 
-* **book** (:func:`to_myst`, at Sphinx's ``source-read``): exercises become
+* **book** (:func:`to_myst`, at Sphinx's ``source-read``): the install note is left out
+  (the book's reader runs no notebook; the download keeps it), exercises become
   sphinx-exercise's ``{exercise}``, solutions ``{solution-start}``/``{solution-end}``
   dropdowns, citation links ``{cite:t}``/``{cite:p}`` roles, attachments the SVG files.
 
@@ -218,6 +219,20 @@ def strip_line(chapter: int) -> str | None:
     return _STRIPS[chapter]
 
 
+def without_install_note(source: str) -> str:
+    """``source`` without the install note (the blockquote that starts with NOTE_FIRST)."""
+    lines = source.split("\n")
+    kept, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith((NOTE_FIRST, OLD_NOTE_FIRST)):
+            while i < len(lines) and lines[i].startswith(">"):
+                i += 1
+        else:
+            kept.append(lines[i])
+            i += 1
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
+
+
 def _head_source(source: str, repo: str | None, chapter: int | None) -> str:
     lines = source.split("\n")
     kept, i = [], 0
@@ -374,6 +389,9 @@ def to_myst(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
     for cell in nb.cells:
         if cell.cell_type == "markdown":
+            # The install note is for a notebook opened on its own (stored, downloaded);
+            # a reader of the HTML book is not running one.
+            cell.source = without_install_note(cell.source)
             if _ends_solution(cell):
                 close()
             if (label := exercise_label(cell)) is not None:

@@ -293,6 +293,20 @@ def test_the_book_form_has_exercises_solutions_and_citations() -> None:
     assert nb.cells[0].source.count("references.md") == 1, "to_myst changed its input"
 
 
+@pytest.mark.parametrize("repo", [None, REPO_URL])
+def test_the_book_form_leaves_out_the_install_note(repo: str | None) -> None:
+    """The install note is for a notebook opened on its own: the stored notebook keeps it,
+    the HTML book does not show it, and what was around it stays."""
+    nb = _toy()
+    forms.stamp(nb, repo, 7)
+    assert forms.NOTE_FIRST in nb.cells[0].source
+    head = forms.to_myst(nb).cells[0].source
+    assert forms.NOTE_FIRST not in head and "pip install" not in head, head
+    assert head.startswith("# Title\n\n![") and "figures/strip_07.svg" in head
+    assert "{cite:p}`vaswani2017attention`" in head and "\n\n\n" not in head
+    assert forms.NOTE_FIRST in nb.cells[0].source, "to_myst changed its input"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_each_notebook_converts_for_the_book(path: Path) -> None:
     book = forms.to_myst(_read(path))
@@ -300,6 +314,7 @@ def test_each_notebook_converts_for_the_book(path: Path) -> None:
     assert text.count("```{solution-start}") == text.count("```{solution-end}") \
         == text.count("```{exercise}")
     assert "references.md#" not in text and "attachment:" not in text
+    assert forms.NOTE_FIRST not in text
 
 
 # --- citations -------------------------------------------------------------------------------

@@ -224,55 +224,135 @@ def _scripts(content: str, size: float) -> str:
 # --- (a) the pipeline, for the introduction ---------------------------------------------------
 
 def pipeline(s: Shapes) -> Svg:
+    # Shown 672 px wide (a captioned figure, 0.896 px per unit): notes 13.5 units (12.1 px),
+    # sub- and superscripts MIN_FONT (10.0 px).
     stages_1 = [
         ("text", "3 sentences", None),
         ("token ids", "tokenize, vocab", s.ids),
-        ("embedding", f"nn.Embedding({s.vocab}, {s.d_model})", s.embedded),
-        ("+ positions", "sinusoidal table", s.positioned),
-        ("Q, K, V", "three projections", s.q),
+        ("embedding", f"Embedding({s.vocab}, {s.d_model})", s.embedded),
+        ("+ positions", "sinusoids", s.positioned),
+        ("Q, K, V", "3 projections", s.q),
     ]
     stages_2 = [
-        ("split heads", f"H = {s.heads}, D = {s.head_dim}", s.q_heads),
-        ("attention", "softmax(QK^{T}/\u221aD) V", s.head_out),
+        ("split heads", f"H = {s.heads}, d_{{k}} = {s.head_dim}", s.q_heads),
+        ("attention", "softmax(QK^{T}/\u221ad_{k})V", s.head_out),
         ("merge heads", "concatenate", s.merged),
         ("W^{O}", "out_proj", s.output),
-        ("output", "one vector per token", s.output),
+        ("output", "1 vector / token", s.output),
     ]
     desc = (
         "The running example through multi-head attention, in two rows. Row 1: text "
         f"(3 sentences) becomes token ids of shape {fmt(s.ids)}, embeddings of shape "
         f"{fmt(s.embedded)}, plus positional encodings {fmt(s.positioned)}, then three "
         f"projections Q, K and V, each {fmt(s.q)}. Row 2: each is split into {s.heads} "
-        f"heads, {fmt(s.q_heads)}; attention per head gives weights {fmt(s.weights)} and "
-        f"outputs {fmt(s.head_out)}; the heads are merged back to {fmt(s.merged)}; the "
-        f"output projection W^O gives the output {fmt(s.output)}, one vector per token.")
-    svg = Svg(330, "Multi-head attention on the running example, with shapes", desc)
+        f"heads of d_k = {s.head_dim} features, {fmt(s.q_heads)}; attention per head, "
+        f"softmax(Q K^T / sqrt(d_k)) V, gives weights {fmt(s.weights)} and outputs "
+        f"{fmt(s.head_out)}; the heads are merged back to {fmt(s.merged)}; the output "
+        f"projection W^O gives the output {fmt(s.output)}, one vector per token.")
+    svg = Svg(350, "Multi-head attention on the running example, with shapes", desc)
     svg.text(WIDTH / 2, 24, f"The running example: B = {s.batch} sentences, "
              f"L = {s.length} tokens, d_model = {s.d_model}, H = {s.heads} heads",
-             size=15, weight="bold")
-    box_w, box_h, step, x0 = 122, 54, 150, 14
-    for row, (stages, y) in enumerate(((stages_1, 50), (stages_2, 200))):
+             size=16, weight="bold")
+    box_w, box_h, step, x0 = 136, 58, 152, 3
+    for row, (stages, y) in enumerate(((stages_1, 50), (stages_2, 210))):
         for i, (name, note, shape) in enumerate(stages):
             x = x0 + i * step
             hot = name == "attention"
             svg.rect(x, y, box_w, box_h, fill=ACCENT if hot else BOX,
                      stroke=ACCENT_EDGE if hot else BOX_EDGE)
-            svg.text(x + box_w / 2, y + 23, name, size=15, weight="bold")
-            svg.text(x + box_w / 2, y + 42, note, size=12, fill=MUTED)
+            svg.text(x + box_w / 2, y + 24, name, size=16, weight="bold")
+            svg.text(x + box_w / 2, y + 45, note, size=13.5, fill=MUTED)
             if shape is not None:
-                svg.text(x + box_w / 2, y + box_h + 19, fmt(shape), size=13, family=MONO,
+                svg.text(x + box_w / 2, y + box_h + 20, fmt(shape), size=14, family=MONO,
                          fill=MUTED)
             if i:
-                svg.line(x - step + box_w + 2, y + box_h / 2, x - 2, y + box_h / 2)
+                svg.line(x - step + box_w + 1, y + box_h / 2, x - 1, y + box_h / 2)
         if row == 0:
             # Q, K, V go on to row 2: down, back to the left, down into "split heads".
             xe = x0 + 4 * step + box_w / 2
-            svg.path(f"M {xe:g} {y + box_h + 26:g} V 170 H {x0 + box_w / 2:g} V 196")
+            svg.path(f"M {xe:g} {y + box_h + 28:g} V 180 H {x0 + box_w / 2:g} V 206")
     # The attention weights leave the attention box as a second output.
     xa = x0 + step + box_w / 2
-    svg.line(xa, 200 + box_h + 26, xa, 300, dash="4 3")
-    svg.text(xa + 8, 316, f"weights {fmt(s.weights)}: one L \u00d7 L map per sentence "
-             "and head", size=13, anchor="start", family=SANS, fill=ACCENT_EDGE)
+    svg.line(xa, 210 + box_h + 28, xa, 316, dash="4 3")
+    svg.text(xa + 8, 334, f"weights {fmt(s.weights)}: one L \u00d7 L map per sentence "
+             "and head", size=14, anchor="start", family=SANS, fill=ACCENT_EDGE)
+    return svg
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One query scored against three keys, as the introduction's soft lookup."""
+
+    query: tuple[float, ...]
+    keys: tuple[tuple[float, ...], ...]
+    values: tuple[tuple[float, ...], ...]
+    scores: tuple[float, ...]
+    weights: tuple[float, ...]
+    output: tuple[float, ...]
+
+
+def lookup() -> Lookup:
+    """Scores q . k_j, their softmax and the weighted sum of the values, by torch."""
+    q = torch.tensor([1.0, 1.0])
+    keys = torch.tensor([[2.0, 0.0], [1.0, -1.0], [-1.0, 0.0]])
+    values = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    scores = keys @ q  # (3,)
+    weights = torch.softmax(scores, dim=0)  # (3,)
+    out = weights @ values  # (2,)
+    rows = lambda t: tuple(tuple(r) for r in t.tolist())  # noqa: E731
+    return Lookup(tuple(q.tolist()), rows(keys), rows(values), tuple(scores.tolist()),
+                  tuple(weights.tolist()), tuple(out.tolist()))
+
+
+def _vec(v: Iterable[float]) -> str:
+    return "(" + ", ".join(f"{x:g}" for x in v) + ")"
+
+
+def soft_lookup(c: Lookup) -> Svg:
+    w = [f"{x:.3f}" for x in c.weights]
+    out = "(" + ", ".join(f"{x:.3f}" for x in c.output) + ")"
+    desc = (
+        f"One query q = {_vec(c.query)} is compared with three keys, "
+        + ", ".join(f"k_{j + 1} = {_vec(k)}" for j, k in enumerate(c.keys))
+        + ". The dot products q . k_j give the scores "
+        + ", ".join(f"{x:g}" for x in c.scores)
+        + "; a softmax turns them into the weights " + ", ".join(w)
+        + ", which add up to 1; the output is the weighted sum of the values "
+        + ", ".join(f"v_{j + 1} = {_vec(v)}" for j, v in enumerate(c.values))
+        + f": {out}, mostly v_1.")
+    svg = Svg(285, "One query scoring three keys: attention as a soft lookup", desc)
+    svg.text(WIDTH / 2, 24, "One query scores every key; the softmax of the scores "
+             "weights the values", size=16, weight="bold")
+    cols = {"key": 220, "score": 335, "weight": 420, "value": 670}
+    head_y, row0, dy = 60, 92, 52
+    for name, x, label in (("key", cols["key"], "key k_{j}"),
+                           ("score", cols["score"], "score q\u00b7k_{j}"),
+                           ("weight", cols["weight"] + 75, "weight (softmax)"),
+                           ("value", cols["value"], "value v_{j}")):
+        svg.text(x, head_y, label, size=14, weight="bold", fill=MUTED)
+    # the query, with a line to each key
+    qy = row0 + dy
+    svg.rect(20, qy - 26, 110, 52, fill=HOT, stroke=HOT_EDGE)
+    svg.text(75, qy - 5, "query q", size=15, weight="bold")
+    svg.text(75, qy + 15, _vec(c.query), size=14, family=MONO)
+    for j, (k, v, score, weight) in enumerate(zip(c.keys, c.values, c.scores, c.weights)):
+        y = row0 + j * dy
+        svg.line(130, qy, cols["key"] - 52, y)
+        svg.rect(cols["key"] - 50, y - 18, 100, 36)
+        svg.text(cols["key"], y + 5, _vec(k), size=14, family=MONO)
+        svg.text(cols["score"], y + 5, f"{score:g}", size=15, family=MONO)
+        bar = 110 * weight
+        svg.rect(cols["weight"], y - 12, max(bar, 2), 24, fill=ACCENT, stroke=ACCENT_EDGE,
+                 rx=2)
+        svg.text(cols["weight"] + max(bar, 2) + 6, y + 5, f"{weight:.3f}", size=14,
+                 anchor="start", family=MONO)
+        svg.rect(cols["value"] - 50, y - 18, 100, 36, fill=GREEN, stroke=GREEN_EDGE)
+        svg.text(cols["value"], y + 5, _vec(v), size=14, family=MONO)
+    terms = " + ".join(f"{x:.3f}\u00b7v_{{{j + 1}}}" for j, x in enumerate(c.weights))
+    svg.text(WIDTH / 2, row0 + 3 * dy + 8, f"output = {terms} = {out}", size=15,
+             family=SANS)
+    svg.text(WIDTH / 2, row0 + 3 * dy + 32, "(a Python dict needs a key equal to the "
+             "query and returns one value; here every key matches a little)", size=13.5, fill=MUTED)
     return svg
 
 
@@ -1500,7 +1580,8 @@ def latent_attention(p: LatentPicture) -> Svg:
 def figures() -> dict[str, str]:
     """Every figure: file name -> SVG text."""
     s = running_example()
-    out = {"pipeline.svg": pipeline(s).render(), "multi_head.svg": multi_head(s).render(),
+    out = {"pipeline.svg": pipeline(s).render(), "lookup.svg": soft_lookup(lookup()).render(),
+           "multi_head.svg": multi_head(s).render(),
            "transformer_block.svg": block(s).render(),
            "tiling.svg": tiling(online_softmax()).render(),
            "kv_cache.svg": kv_cache(cache_step()).render(),
