@@ -22,7 +22,11 @@ def alibi_slopes(num_heads: int) -> list[float]:
     """The paper's head slopes: for ``H`` a power of two, the geometric
     sequence ``2^(-8/H), 2^(-16/H), ..., 2^(-8)``; otherwise the slopes of
     the nearest smaller power of two ``P``, followed by every other slope
-    of ``2P`` heads, until there are ``H``."""
+    of ``2P`` heads, until there are ``H``.
+
+    Args:
+        num_heads: The number of heads ``H``, one slope each.
+    """
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
         return [start ** (i + 1) for i in range(n)]

@@ -288,7 +288,7 @@ def benchmark(lengths: Sequence[int], batch: int = 8, d_model: int = 512,
         rounds: Timed rounds per length and mode; the median is kept.
         warmup: Untimed rounds first.
         modes: ``"fwd"`` (eval, no gradients) and/or ``"train"``.
-        compile_: Also time ``torch.compile`` of the fused path.
+        compile\\_: Also time ``torch.compile`` of the fused path.
         memory: Also measure peak memory of forward + backward.
         matmul_size: Size ``n`` of the ``n x n`` matrix product timed
             alongside, for the machine's matmul rate.

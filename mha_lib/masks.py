@@ -6,7 +6,8 @@ This is the convention of
 ``torch.nn.MultiheadAttention`` uses the opposite (True = blocked): see
 Appendix A.
 
-Shape legend: B - batch, H - heads, Lq - query length, Lk - key length.
+Shapes use the book's letters: ``B`` batch, ``H`` heads, ``Lq`` query
+length, ``Lk`` key length.
 """
 
 from __future__ import annotations

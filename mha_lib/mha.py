@@ -284,8 +284,10 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     gradients), and the row is zeroed afterwards.
 
     Args:
-        q, k, v: Queries ``(..., Lq, E)``, keys ``(..., Lk, E)``, values
-            ``(..., Lk, Dv)``, as ``F.scaled_dot_product_attention`` takes.
+        q: Queries ``(..., Lq, E)``, as ``F.scaled_dot_product_attention``
+            takes them.
+        k: Keys ``(..., Lk, E)``.
+        v: Values ``(..., Lk, Dv)``.
         mask: ``None``, bool (True = may attend) or float (added to the
             scores), broadcastable to ``(..., Lq, Lk)``.
         dropout_p: Dropout on the weights, inside the kernel.

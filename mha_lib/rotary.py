@@ -28,7 +28,14 @@ def rotary_angles(positions: torch.Tensor, dim: int,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The angles ``positions[l] * base ** (-2 i / dim)``, ``(L, D/2)``, in
     ``dtype``: float64 (as :func:`apply_rotary` computes them) keeps them
-    exact at any position, float32 rounds positions from ``2**24`` on."""
+    exact at any position, float32 rounds positions from ``2**24`` on.
+
+    Args:
+        positions: The tokens' positions, ``(L,)``, integers.
+        dim: The width ``D`` of the rotated vectors (even): ``D/2`` pairs.
+        base: The base of the speeds; Llama 3 uses ``500000``.
+        dtype: The dtype of the computation and of the result.
+    """
     # theta_i = base^(-2i/D), i = 0 .. D/2 - 1:
     exponents = torch.arange(0, dim, 2, device=positions.device,
                              dtype=dtype) / dim  # (D/2,)
