@@ -1378,6 +1378,8 @@ WRONG = {
         "odd_extra": lambda: (lambda n: slopes(n, extra=slice(1, None, 2)),),
         "negative": lambda: (lambda n: [-s for s in slopes(n)],),
         "from_zero": lambda: (lambda n: [2 ** (-8 * h / n) for h in range(n)],),
+        "half": lambda: (lambda n: torch.tensor(slopes(n), dtype=torch.float16),),
+        "half/bfloat16": lambda: (lambda n: torch.tensor(slopes(n), dtype=torch.bfloat16),),
     },
     "check_receptive_field": {
         "window_per_layer": lambda: (lambda w, n: n * w,),

@@ -1259,8 +1259,8 @@ def window_cache(w: WindowPicture) -> Svg:
         f"mha_lib's KVCache(window={W}) stores when the tokens come one per call. Its "
         f"storage has {w.capacity} slots, 2 (W - 1) + 1; it keeps the last {W - 1} "
         "positions between calls and writes each new one after them; when the storage is "
-        "full it copies the kept positions to the front. " + "; ".join(steps) + ". Right, "
-        f"for comparison: Mistral's rolling buffer of W = {W} slots, where position i "
+        "full it copies the kept positions to the front. " + "; ".join(steps) + ". Right: "
+        f"the ring buffer (Mistral's rolling buffer) of W = {W} slots, where position i "
         "goes to slot i mod W and overwrites the oldest in place.")
     svg = Svg(388, f"A sliding window of W = {W} and the cache that serves it", desc)
     svg.text(WIDTH / 2, 24, f"A sliding window, W = {W}, on the running example "
@@ -1269,10 +1269,10 @@ def window_cache(w: WindowPicture) -> Svg:
     gx, gy, cell = 70, 96, 30
     svg.text(gx + L * cell / 2, 68, "key j", size=13.5, fill=MUTED)
     for j in range(L):
-        svg.text(gx + (j + 0.5) * cell, 89, str(j), size=13, fill=MUTED)
+        svg.text(gx + (j + 0.5) * cell, 89, str(j), size=13.5, fill=MUTED)
     svg.text(gx - 6, gy - 10, "query p", size=13.5, fill=MUTED, anchor="end")
     for p in range(L):
-        svg.text(gx - 10, gy + (p + 0.5) * cell + 5, str(p), size=13, fill=MUTED,
+        svg.text(gx - 10, gy + (p + 0.5) * cell + 5, str(p), size=13.5, fill=MUTED,
                  anchor="end")
         for j in range(L):
             if w.mask[p][j]:
@@ -1288,18 +1288,18 @@ def window_cache(w: WindowPicture) -> Svg:
                                              ("#e5e7eb", BOX_EDGE, "slid out"),
                                              ("#ffffff", BOX_EDGE, "future"))):
         svg.rect(gx - 50, ly + 22 * k - 12, 14, 14, fill=fill, stroke=edge, rx=2)
-        svg.text(gx - 30, ly + 22 * k, label, size=13, anchor="start")
+        svg.text(gx - 30, ly + 22 * k, label, size=13.5, anchor="start")
     svg.text(gx - 50, ly + 72, f"attend if p \u2212 {W} < j \u2264 p", size=13.5,
              anchor="start", weight="bold")
     # Middle: the library's storage, one row per call.
     sx, sw, rh, top = 316, 38, 34, 96
-    svg.text(sx + w.capacity * sw / 2, 48, f"KVCache(window={W}), the library",
+    svg.text(sx + w.capacity * sw / 2, 48, f"the library's KVCache(window={W})",
              size=13.5, weight="bold")
     svg.text(sx + w.capacity * sw / 2, 68, f"{w.capacity} slots = 2(W \u2212 1) + 1",
-             size=13, fill=MUTED)
+             size=13.5, fill=MUTED)
     for i in range(w.capacity):
-        svg.text(sx + (i + 0.5) * sw, 89, f"{i}", size=12, fill=MUTED)
-    svg.text(sx - 26, 89, "token", size=13, fill=MUTED, anchor="end")
+        svg.text(sx + (i + 0.5) * sw, 89, f"{i}", size=13, fill=MUTED)
+    svg.text(sx - 26, 89, "token", size=13.5, fill=MUTED, anchor="end")
     for t, (slots, (a, b)) in enumerate(zip(w.slots, w.read, strict=True)):
         y = top + t * rh
         svg.text(sx - 26, y + 21, str(t), size=13.5, weight="bold", anchor="end")
@@ -1320,15 +1320,15 @@ def window_cache(w: WindowPicture) -> Svg:
         if t and a < w.read[t - 1][0]:  # the kept positions moved to the front
             moved = ", ".join(str(pos) for pos in slots[a:b - 1])
             svg.text(sx + w.capacity * sw + 8, y + 12, f"full: {moved}",
-                     size=12.5, anchor="start", fill=HOT_EDGE)
-            svg.text(sx + w.capacity * sw + 8, y + 28, "copied to front", size=12.5,
+                     size=13, anchor="start", fill=HOT_EDGE)
+            svg.text(sx + w.capacity * sw + 8, y + 28, "copied to front", size=13,
                      anchor="start", fill=HOT_EDGE)
     # Right: Mistral's rolling buffer.
     mx, mw = 630, 36
-    svg.text(mx + W * mw / 2, 48, "Mistral's buffer", size=13.5, weight="bold")
-    svg.text(mx + W * mw / 2, 68, "slot = i mod W", size=13, fill=MUTED)
+    svg.text(mx + W * mw / 2, 48, "ring buffer", size=13.5, weight="bold")
+    svg.text(mx + W * mw / 2, 68, "slot = i mod W", size=13.5, fill=MUTED)
     for i in range(W):
-        svg.text(mx + (i + 0.5) * mw, 89, f"{i}", size=12, fill=MUTED)
+        svg.text(mx + (i + 0.5) * mw, 89, f"{i}", size=13, fill=MUTED)
     for t in range(L):
         y = top + t * rh
         for i in range(W):
@@ -1350,9 +1350,9 @@ def window_cache(w: WindowPicture) -> Svg:
     for k, (fill, edge, label) in enumerate(legend):
         x = sx - 40 + k * 130
         svg.rect(x, ly, 14, 14, fill=fill, stroke=edge, rx=2)
-        svg.text(x + 20, ly + 12, label, size=13, anchor="start")
+        svg.text(x + 20, ly + 12, label, size=13.5, anchor="start")
     svg.text(sx - 40, ly + 40, f"each query reads the last {W} positions, itself included",
-             size=13, anchor="start")
+             size=13.5, anchor="start")
     return svg
 
 
@@ -1476,10 +1476,10 @@ def latent_attention(p: LatentPicture) -> Svg:
     for r, name, note in proj:
         y = rows[r]
         svg.line(72, y + bh / 2, bx - 2, y + bh / 2)
-        box(bx, y, bw, bh, [(name, "bold", 13), (note, "normal", 11.5)])
+        box(bx, y, bw, bh, [(name, "bold", 13), (note, "normal", 12.5)])
         svg.line(bx + bw, y + bh / 2, cx_ - 2, y + bh / 2)
         text, note2, cached = results[r]
-        box(cx_, y, cw, bh, [(text, "bold", 13), (note2, "normal", 11.5)],
+        box(cx_, y, cw, bh, [(text, "bold", 13), (note2, "normal", 12.5)],
             fill=GREEN if cached else ACCENT, edge=GREEN_EDGE if cached else ACCENT_EDGE)
     # Up-projections from the latent.
     ux, uw = 356, 100
@@ -1494,9 +1494,9 @@ def latent_attention(p: LatentPicture) -> Svg:
         else:
             svg.path(f"M {cx_ + cw + 10:g} {rows[2] + bh / 2:g} V {y + bh / 2:g} "
                      f"H {ux - 2:g}")
-        box(ux, y, uw, bh, [(name, "bold", 13), (note, "normal", 11.5)])
+        box(ux, y, uw, bh, [(name, "bold", 13), (note, "normal", 12.5)])
         svg.line(ux + uw, y + bh / 2, kx - 2, y + bh / 2)
-        box(kx, y, kw, bh, [(out, "bold", 13), (f"{H} heads of {D}", "normal", 11.5)],
+        box(kx, y, kw, bh, [(out, "bold", 13), (f"{H} heads of {D}", "normal", 12.5)],
             fill=ACCENT, edge=ACCENT_EDGE)
     # Attention per head.
     ax, aw = 592, 146
@@ -1506,7 +1506,7 @@ def latent_attention(p: LatentPicture) -> Svg:
            ("over \u221a(D + R)", "normal"), ("o_{h} = \u03a3 softmax(s) v", "normal"),
            ("y = W_{O} [o_{1}; \u2026; o_{4}]", "normal"), (f"({p.d_model})", "normal")]
     for k, (text, weight) in enumerate(att):
-        svg.text(ax + aw / 2, rows[0] + 38 + 33 * k, text, size=13, weight=weight)
+        svg.text(ax + aw / 2, rows[0] + 38 + 33 * k, text, size=13.5, weight=weight)
     for r in (0, 1):
         svg.line(cx_ + cw, rows[r] + bh / 2, ax - 2, rows[r] + bh / 2)
     for r in (2, 3):
@@ -1523,18 +1523,18 @@ def latent_attention(p: LatentPicture) -> Svg:
         (14, 84, [(f"q^{{C}} ({D})", "bold", 13), (f"q^{{R}} ({R})", "bold", 13)],
          ACCENT, ACCENT_EDGE),
         (120, 130, [("W_{UK}^{T} q^{C}", "bold", 13), (f"({C}), joined by q^{{R}}:",
-                                                     "normal", 12),
-                    (f"{C} + {R} = {C + R} numbers", "normal", 12)],
+                                                     "normal", 12.5),
+                    (f"{C} + {R} = {C + R} numbers", "normal", 12.5)],
          ACCENT, ACCENT_EDGE),
         (272, 150, [("attend", "bold", 13), (f"keys [c_{{j}}; k^{{R}}_{{j}}] ({C + R})",
-                                             "normal", 12),
-                    (f"values c_{{j}} ({C})", "normal", 12)], ACCENT, ACCENT_EDGE),
+                                             "normal", 12.5),
+                    (f"values c_{{j}} ({C})", "normal", 12.5)], ACCENT, ACCENT_EDGE),
         (444, 118, [("\u03a3_{j} w_{j} c_{j}", "bold", 13), (f"({C} numbers)", "normal",
                                                             12)],
          ACCENT, ACCENT_EDGE),
         (584, 154, [("W_{O} W_{UV}^{(h)}", "bold", 13),
-                    (f"{p.d_model}\u00d7{C} per head,", "normal", 12),
-                    (f"folded once \u2192 y ({p.d_model})", "normal", 12)],
+                    (f"{p.d_model}\u00d7{C} per head,", "normal", 12.5),
+                    (f"folded once \u2192 y ({p.d_model})", "normal", 12.5)],
          ACCENT, ACCENT_EDGE),
     ]
     for k, (x, w, lines, fill, edge) in enumerate(steps):
@@ -1544,17 +1544,17 @@ def latent_attention(p: LatentPicture) -> Svg:
             svg.line(px, y + h / 2, x - 2, y + h / 2)
     cx0, cy0 = 272, y + h + 24
     box(cx0, cy0, 150, 50, [("the cache, read as is", "bold", 12.5),
-                            (f"{fmt(p.cached_values)} c", "normal", 11.5),
-                            (f"{fmt(p.cached_keys)} k^{{R}}", "normal", 11.5)],
+                            (f"{fmt(p.cached_values)} c", "normal", 12.5),
+                            (f"{fmt(p.cached_keys)} k^{{R}}", "normal", 12.5)],
         fill=GREEN, edge=GREEN_EDGE)
     svg.line(cx0 + 75, cy0, cx0 + 75, y + h + 2)
-    svg.text(14, cy0 + 14, f"all {H} query heads read", size=12.5, anchor="start")
-    svg.text(14, cy0 + 31, "one key head: multi-query", size=12.5, anchor="start")
-    svg.text(14, cy0 + 48, "attention of width C + R", size=12.5, anchor="start")
-    svg.text(444, cy0 + 14, "scale 1/\u221a(D + R), as in (a);", size=12.5,
+    svg.text(14, cy0 + 14, f"all {H} query heads read", size=13, anchor="start")
+    svg.text(14, cy0 + 31, "one key head: multi-query", size=13, anchor="start")
+    svg.text(14, cy0 + 48, "attention of width C + R", size=13, anchor="start")
+    svg.text(444, cy0 + 14, "scale 1/\u221a(D + R), as in (a);", size=13,
              anchor="start")
-    svg.text(444, cy0 + 31, "the output equals (a)'s", size=12.5, anchor="start")
-    svg.text(444, cy0 + 48, "within 1e-6", size=12.5, anchor="start")
+    svg.text(444, cy0 + 31, "the output equals (a)'s", size=13, anchor="start")
+    svg.text(444, cy0 + 48, "within 1e-6", size=13, anchor="start")
     # Cache per token.
     base = cy0 + 86
     svg.line(12, base - 20, WIDTH - 12, base - 20, arrow=False, stroke=BOX_EDGE, width=1,
@@ -1565,13 +1565,17 @@ def latent_attention(p: LatentPicture) -> Svg:
     for k, (name, n) in enumerate(sorted(p.per_token.items(), key=lambda kv: -kv[1])):
         by = base + 12 + 24 * k
         latent_row = name.startswith("latent")
-        svg.text(lx - 10, by + 13, name, size=12.5, anchor="end",
+        svg.text(lx - 10, by + 13, name, size=13, anchor="end",
                  weight="bold" if latent_row else "normal")
         svg.rect(lx, by, n * unit, 17, fill=GREEN if latent_row else BOX,
                  stroke=GREEN_EDGE if latent_row else BOX_EDGE, rx=2)
         what = "C + R" if latent_row else "2 H_{kv} D"
-        svg.text(lx + n * unit + 8, by + 13, f"{n}  ({what})", size=12.5, anchor="start",
+        svg.text(lx + n * unit + 8, by + 13, f"{n}  ({what})", size=13, anchor="start",
                  weight="bold" if latent_row else "normal")
+    # Sub- and superscripts at 11.6 units (10.6 px in the column), not the
+    # book's floor of MIN_FONT: this figure is dense with them.
+    svg.items = [item.replace(f'font-size="{MIN_FONT:g}"', 'font-size="11.6"')
+                 for item in svg.items]
     return svg
 
 

@@ -109,6 +109,9 @@ SLOPES = catalogue(
               _ALIBI),
     from_zero=("the first slope is 2^(-8/H), not 2^0 = 1: the exponent "
                "is -8 (h + 1) / H for h = 0, 1, ..., not -8 h / H", _ALIBI),
+    half=("the values are right but stored in a 16-bit dtype, float16 "
+          "or bfloat16, which keeps only 11 or 8 significant bits: "
+          "return float32 (or a list of Python floats)", _ALIBI),
 )
 
 
@@ -136,6 +139,13 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
         call = attempt(fn, num_heads)
         if call.verdict is not None:
             return call.verdict
+        half = isinstance(call.value, torch.Tensor) and (
+            call.value.dtype in (torch.float16, torch.bfloat16))
+        if half and call.value.shape == (num_heads,) and torch.allclose(
+                call.value.double(), torch.tensor(
+                    alibi_slopes(num_heads), dtype=torch.float64),
+                atol=0, rtol=4e-3):  # bfloat16 keeps 8 bits: 2^-8
+            return SLOPES["half"].verdict(call.label)
         try:
             given = torch.as_tensor(call.value, dtype=torch.float64)
         except (TypeError, ValueError, RuntimeError):
