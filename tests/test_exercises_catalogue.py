@@ -428,7 +428,7 @@ def tiled_softmax_book(scores, block_size):
 
 
 def masked_tiles(q, k, v, mask, block_size, safe=True, fill=INF, scale=None,
-                 invert=False):
+                 invert=False, final_where=True):
     scale = q.size(-1) ** -0.5 if scale is None else scale
     mask = ~mask if invert else mask
     outs = []
@@ -448,7 +448,8 @@ def masked_tiles(q, k, v, mask, block_size, safe=True, fill=INF, scale=None,
             total = correction * total + p.sum(dim=-1, keepdim=True)
             o = correction * o + p @ v_block
             m = m_new
-        outs.append(torch.where(total > 0, o / total.clamp_min(1e-30), 0.0))
+        outs.append(torch.where(total > 0, o / total.clamp_min(1e-30), 0.0)
+                    if final_where else o / total)
     return torch.cat(outs, dim=-2)
 
 
@@ -1281,6 +1282,7 @@ WRONG = {
     },
     "check_masked_tiles": {
         "nan": lambda: (lambda *a: masked_tiles(*a, safe=False),),
+        "final_division": lambda: (lambda *a: masked_tiles(*a, final_where=False),),
         "empty_row_uniform": lambda: (lambda *a: masked_tiles(*a, fill=-1e9),),
         "inverted": lambda: (lambda *a: masked_tiles(*a, invert=True),),
         "unscaled": lambda: (lambda *a: masked_tiles(*a, scale=1.0),),
@@ -1289,6 +1291,7 @@ WRONG = {
     },
     "check_cache_bytes": {
         "keys_only": lambda: (lambda n, h, d, length, b, s: n * h * d * length * b * s,),
+        "no_bytes": lambda: (lambda n, h, d, length, b, s: 2 * n * h * d * length * b,),
         "bits": lambda: (lambda n, h, d, length, b, s: 16 * n * h * d * length * b * s,),
         "one_layer": lambda: (lambda n, h, d, length, b, s: 2 * h * d * length * b * s,),
         "one_sequence": lambda: (lambda n, h, d, length, b, s: 2 * n * h * d * length * s,),
@@ -1299,6 +1302,7 @@ WRONG = {
         "copies_after_length": lambda: (lambda x, h: expand_kv(x, h, "after_length"),),
         "view_not_contiguous": lambda: (lambda x, h: expand_kv(x, h, "view"),),
         "group_size": lambda: (lambda x, h: x,),
+        "expand_alone": lambda: (lambda x, h: x.expand(x.size(0), h, *x.shape[2:]),),
     },
     "check_chunk_mask": {
         "top_left": lambda: (lambda q, p: torch.arange(p + q)[None] <= torch.arange(q)[:, None],),

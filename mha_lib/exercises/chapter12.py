@@ -32,8 +32,10 @@ PARAMS = catalogue(
     two_attention_matrices=("attention has four d_model x d_model "
                             "matrices (Q, K, V and the output)",
                             "The output projection", 8),
-    one_norm=("there are two LayerNorms, one before each sublayer",
-              _BLOCK),
+    one_norm=("2 d_model parameters are missing: there are two "
+              "LayerNorms, one for each sublayer, and each has gamma "
+              "and beta, d_model each (leaving out one LayerNorm and "
+              "leaving out both betas give this same count)", "LayerNorm"),
     no_biases=("the biases are missing: d_model for each of the four "
                "attention layers, d_ff and d_model for the two FFN layers",
                "The feed-forward network"),

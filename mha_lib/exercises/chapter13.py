@@ -285,6 +285,10 @@ def check_tiled_softmax(
 
 MASKED_TILES = catalogue(
     "check_masked_tiles", 13,
+    final_division=("NaN only for a query that may attend nothing: it "
+                    "ends with o = 0 and a sum of 0, and o / sum is "
+                    "0 / 0; divide only where the sum is positive and "
+                    "give the other rows zeros (torch.where)", _ONLINE),
     nan=("NaN (or zeros, where a final where hid the NaN): in a tile "
          "whose keys are all masked the running max stays -inf, and "
          "exp(-inf - (-inf)) is NaN; subtract 0 where the max is still "
@@ -351,6 +355,11 @@ def check_masked_tiles(
             if isinstance(given, torch.Tensor) \
                     and given.shape == expected.shape \
                     and torch.isnan(given).any():
+                nan_rows = torch.isnan(given).any(dim=-1)  # (B, H, Lq)
+                empty = ~mask.any(dim=-1)  # (Lq,): nothing to attend
+                if empty.any() and not (nan_rows & ~empty).any():
+                    return MASKED_TILES["final_division"].verdict(
+                        call.label)
                 return MASKED_TILES["nan"].verdict(call.label)
             problem = check_tensor(
                 call.label, given, expected, axes="(B, H, Lq, Dv)",

@@ -28,6 +28,8 @@ CACHE = catalogue(
     "check_cache_bytes", 14,
     keys_only=("that is the keys alone; the cache holds the values too",
                _SIZE),
+    no_bytes=("that counts numbers, not bytes: multiply by "
+              "bytes_per_number", _SIZE),
     bits=("that counts bits: bytes_per_number is already in bytes", _SIZE),
     one_layer=("that is one layer; every layer has its own cache", _SIZE),
     one_sequence=("that is one sequence; the batch multiplies it", _SIZE),
@@ -38,7 +40,10 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
     """Exercise 14.1: ``fn(num_layers, num_kv_heads, head_dim, length,
     batch, bytes_per_number)`` is the memory, in bytes, of a full
     :class:`~mha_lib.KVCache`."""
-    configs = [(3, 2, 4, 5, 4, torch.float16),
+    # float32 first: with 2 bytes per number, leaving the bytes out would
+    # look like leaving the values out, and the hint could not tell.
+    configs = [(3, 2, 4, 5, 5, torch.float32),
+               (3, 2, 4, 5, 4, torch.float16),
                (1, 4, 2, 6, 3, torch.float32),
                (2, 2, 4, 5, 1, torch.float16),
                (3, 1, 8, 7, 2, torch.float64)]
@@ -56,6 +61,7 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
         full = cache.nbytes
         problem = check_number(call.label, call.value, full, mistakes=[
             (CACHE["keys_only"], full // 2),
+            (CACHE["no_bytes"], full // keys.element_size()),
             (CACHE["bits"], full * 8),
             (CACHE["one_layer"], full // num_layers),
             (CACHE["one_sequence"], full // batch),
@@ -82,12 +88,18 @@ EXPAND = catalogue(
                          "reshape", "The way back: `merge_heads`", 5),
     group_size=("the group size is g = num_heads // H_kv, the number of "
                 "query heads per key/value head", _GQA),
+    expand_alone=("expand only stretches an axis of size 1, and the head "
+                  "axis has H_kv: insert a group axis of size 1 first, "
+                  "x.unsqueeze(2), expand it to g, then reshape", _GQA),
 )
 
 
 def _explain_expand(error: BaseException, record) -> object:
-    return EXPAND["view_not_contiguous"] \
-        if "view size is not compatible" in str(error) else None
+    if "view size is not compatible" in str(error):
+        return EXPAND["view_not_contiguous"]
+    if "expanded size of the tensor" in str(error):
+        return EXPAND["expand_alone"]
+    return None
 
 
 def check_expand_kv(
