@@ -1144,6 +1144,11 @@ WRONG = {
             lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k) / math.sqrt(q.shape[2]),),
         "scaled_by_heads": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k)
                                     / math.sqrt(q.size(1)),),
+        "heads_summed": lambda: (lambda q, k: torch.einsum("bhld,bgtd->bhlt", q, k)
+                                 / math.sqrt(q.size(-1)),),
+        "zeros": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k * 0),),
+        "key_letter": lambda: (lambda q, k: torch.einsum("bhld,bhld->bhl", q, k)
+                               / math.sqrt(q.size(-1)),),
         "softmaxed": lambda: (lambda q, k: (torch.einsum("bhld,bhtd->bhlt", q, k)
                                             / math.sqrt(q.size(-1))).softmax(-1),),
     },
@@ -1211,6 +1216,10 @@ WRONG = {
         "swapped": lambda: (lambda n, length: torch_masks(n, length)[::-1],),
         "diagonal": lambda: (lambda n, length: (
             torch_masks(n, length)[0], torch.ones(length, length, dtype=torch.bool).triu()),),
+        "float_mask": lambda: (lambda n, length: (
+            ~padding_mask(n, length)[:, 0, 0].float(), ~causal_mask(length)),),
+        "float_mask/zero_one": lambda: (lambda n, length: (
+            1 - padding_mask(n, length)[:, 0, 0].float(), ~causal_mask(length)),),
     },
     "check_sdpa_attention": {
         "inverted": lambda: (lambda m, x, mask: sdpa(m, x, mask, "inverted"),),

@@ -54,7 +54,23 @@ SCORES = catalogue(
                 "the rows, 'bhld,bhtd->bhlt', not '->bhtl'", _SCORES),
     not_one_einsum=("the exercise computes the scores with a single "
                     "torch.einsum, no @ or matmul", _SCORES),
+    heads_summed=("each score sums over the heads of k as well "
+                  "('bhld,bgtd->bhlt'): give q and k the same head "
+                  "letter, h, so that each head scores only its own keys",
+                  _SCORES),
+    zeros=("every score is 0: the scores are the dot products of the "
+           "queries with the keys, einsum('bhld,bhtd->bhlt', q, k)",
+           _SCORES),
+    key_letter=("the key positions need a letter of their own (t): with "
+                "the queries' letter l for both, einsum pairs query l "
+                "only with key l, and Lq != Lk does not even fit; write "
+                "'bhld,bhtd->bhlt'", _SCORES),
 )
+
+
+def _explain_key_letter(error: BaseException, record) -> object:
+    text = str(error)
+    return SCORES["key_letter"] if "subscript" in text else None
 
 
 def check_einsum_scores(
@@ -72,10 +88,11 @@ def check_einsum_scores(
                                                  (1, 2, 1, 7, 3)):
         q = torch.randn(batch, heads, q_len, head_dim, generator=generator)
         k = torch.randn(batch, heads, k_len, head_dim, generator=generator)
-        call = attempt(fn, q, k)
+        call = attempt(fn, q, k, explain=_explain_key_letter)
         if call.verdict is not None:
             return call.verdict
         raw = q @ k.transpose(-2, -1)  # (B, H, Lq, Lk)
+        all_heads = torch.einsum("bhld,bgtd->bhlt", q, k)  # (B, H, Lq, Lk)
         right = raw / math.sqrt(head_dim)
         problem = check_tensor(
             call.label, call.value, right, axes="(B, H, Lq, Lk)", mistakes=[
@@ -89,6 +106,9 @@ def check_einsum_scores(
                 (SCORES["scaled_by_length"], raw / math.sqrt(k_len)),
                 (SCORES["scaled_by_heads"], raw / math.sqrt(heads)),
                 (SCORES["softmaxed"], right.softmax(dim=-1)),
+                (SCORES["heads_summed"], all_heads / math.sqrt(head_dim)),
+                (SCORES["heads_summed"], all_heads),
+                (SCORES["zeros"], torch.zeros_like(right)),
             ])
         if problem is not None:
             return problem

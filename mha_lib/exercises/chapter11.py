@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import partial
 
@@ -50,7 +51,10 @@ def _run_both_modes(module: nn.Module, *args, **kwargs) -> list:
     results = []
     for training in (True, False):
         module.train(training)
-        with torch.set_grad_enabled(training):
+        with torch.set_grad_enabled(training), warnings.catch_warnings():
+            # a float attn_mask with a bool key_padding_mask is right, but
+            # PyTorch warns that mixing the two types is deprecated
+            warnings.filterwarnings("ignore", "Support for mismatched")
             results.append(attempt(module, *args, **kwargs))
     return results
 
@@ -206,7 +210,20 @@ TORCH_MASKS = catalogue(
              _MASKS),
     diagonal=("attn_mask also blocks the diagonal: a token may attend "
               "itself, so block only j > i", _MASKS),
+    float_mask=("a float mask is added to the scores, so a 0/1 mask blocks "
+                "nothing (and ~ does not invert a float tensor): keep the "
+                "bool masks and invert them, ~valid and ~causal", _MASKS),
 )
+
+
+def _explain_float_mask(error: BaseException, record) -> object:
+    return TORCH_MASKS["float_mask"] if "invert" in str(error) else None
+
+
+def _zero_one_float(mask: object) -> bool:
+    """A float mask of 0s and 1s: added to the scores, it blocks nothing."""
+    return (isinstance(mask, torch.Tensor) and mask.is_floating_point()
+            and bool(((mask == 0) | (mask == 1)).all()))
 
 
 def check_torch_masks(
@@ -223,7 +240,8 @@ def check_torch_masks(
                                (torch.tensor([1, 5]), 5)):
         batch = len(valid_lens)
         x = torch.randn(batch, length, 8, generator=generator)
-        call = attempt(fn, valid_lens.clone(), length)
+        call = attempt(fn, valid_lens.clone(), length,
+                       explain=_explain_float_mask)
         if call.verdict is not None:
             return call.verdict
         if not isinstance(call.value, (tuple, list)) \
@@ -231,6 +249,8 @@ def check_torch_masks(
             return Verdict(False, f"{call.label} should return a pair "
                                   f"(key_padding_mask, attn_mask)")
         key_padding_mask, attn_mask = call.value
+        if _zero_one_float(key_padding_mask) or _zero_one_float(attn_mask):
+            return TORCH_MASKS["float_mask"].verdict(call.label)
         valid = padding_mask(valid_lens, length)[:, 0, 0]  # (B, Lk)
         causal = causal_mask(length)  # (L, L)
 
