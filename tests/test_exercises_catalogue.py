@@ -131,6 +131,11 @@ def shift_stacked(k=3, d=8):
     return m
 
 
+def _least_squares_shift():  # fitted on 50 positions: off-block ~1e-5
+    pe = sinusoidal_encoding(50, 8)
+    return torch.linalg.lstsq(pe[:-3], pe[3:]).solution.T
+
+
 def _mixed_shift():
     m = shift()
     m[0, 5] = 0.3
@@ -725,7 +730,8 @@ RIGHT = {
     ],
     "check_embedding_parameters": [lambda: (50257 * 768,), lambda: (38597376.0,)],
     "check_sinusoidal": [lambda: (sinusoidal_power,), lambda: (sinusoidal_loops,)],
-    "check_shift_matrix": [lambda: (shift(),), lambda: (shift_stacked(),)],
+    "check_shift_matrix": [lambda: (shift(),), lambda: (shift_stacked(),),
+                           lambda: (_least_squares_shift(),)],
     "check_projection": [
         lambda: (lambda x, w, b: x @ w.T + b,),
         lambda: (lambda x, w, b: torch.matmul(x, w.t()) + b[None, None],),
@@ -746,6 +752,7 @@ RIGHT = {
             x.size(0), x.size(2), -1),),
         lambda: (lambda x: rearrange(x, "b h l d -> b l (h d)"),),
         lambda: (merge_heads,),  # transpose(1, 2): accepted, pointed to permute
+        lambda: (lambda x: torch.cat(x.unbind(1), dim=-1),),  # neither
     ],
     "check_head_columns": [
         lambda: (lambda x, h, n: x[..., h * (x.size(-1) // n):(h + 1) * (x.size(-1) // n)],),
@@ -969,6 +976,11 @@ WRONG = {
         "split_axis": lambda: (lambda x, m: (x @ _stack(m)[0].T + _stack(m)[1]).chunk(
             3, dim=1),),
         "no_gradient": lambda: (lambda x, m: tuple(t.detach() for t in qkv_at_once(x, m)),),
+        "fixed_size/reshape": lambda: (lambda x, m: (x @ torch.stack(
+            [p.weight for p in (m.q_proj, m.k_proj, m.v_proj)]).reshape(24, 8).T
+            + _stack(m)[1]).chunk(3, dim=-1),),
+        "fixed_size/split": lambda: (lambda x, m: (x @ _stack(m)[0].T + _stack(m)[1]).split(
+            8, dim=-1),),
     },
     "check_projection_parameters": {
         "no_bias": lambda: (3 * 512 * 512,),
@@ -1000,6 +1012,8 @@ WRONG = {
         "one_too_many": lambda: (lambda x, h, n: x[
             ..., h * (x.size(-1) // n):(h + 1) * (x.size(-1) // n) + 1],),
         "reshaped": lambda: (lambda x, h, n: split_heads(x, n)[:, h],),
+        "wrong_split": lambda: (lambda x, h, n: x.view(
+            x.size(0), n, x.size(1), -1)[:, h],),
     },
     "check_attention": {
         "unscaled": lambda: (lambda q, k, v: attention(q, k, v, scale=1.0),),
@@ -1490,3 +1504,12 @@ def test_a_renamed_heading_fails_the_heading_test():
                             mistake.chapter, "Why we scale")
     with pytest.raises(AssertionError):
         test_the_section_a_hint_names_is_a_heading_of_its_chapter(renamed)
+
+
+def test_merge_without_permute_or_transpose_is_not_said_to_use_transpose():
+    unbound = _check("check_merge_heads",
+                     (lambda x: torch.cat(x.unbind(1), dim=-1),))
+    assert unbound and "without permute" in unbound.message
+    assert "transpose" not in unbound.message
+    chapter = _check("check_merge_heads", (merge_heads,))
+    assert chapter and "transpose(1, 2)" in chapter.message

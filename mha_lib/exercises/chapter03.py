@@ -157,11 +157,12 @@ def check_shift_matrix(
         return Verdict(
             False, f"M: expected shape (d_model, d_model) = "
                    f"{(d_model, d_model)}, got {tuple(M.shape)}")
-    # row pos holds M @ PE[pos]
+    # row pos holds M @ PE[pos]; 1e-3 on entries of size 1 leaves room
+    # for a least-squares fit, whose slow pairs are ill-conditioned
     shifted = pe[:-k] @ M.detach().to(pe.dtype).T
     problem = check_tensor(
         f"M @ PE[pos] for pos = 0..63 (compared with PE[pos + {k}])",
-        shifted, pe[k:], atol=1e-4, rtol=0.0)
+        shifted, pe[k:], atol=1e-3, rtol=0.0)
     if problem is None:
         return Verdict(
             True, f"one matrix moves every position {k} steps on, a "
@@ -173,6 +174,7 @@ def check_shift_matrix(
         if torch.allclose(given, wrong, atol=1e-4):
             return mistake.verdict("M")
     pairs = torch.block_diag(*[torch.ones(2, 2)] * (d_model // 2))
-    if (given * (1 - pairs)).abs().max() > 1e-6:
+    scale = given.abs().max().clamp(min=1.0)  # a rotation's entries: <= 1
+    if (given * (1 - pairs)).abs().max() > 1e-3 * scale:
         return SHIFT["not_block_diagonal"].verdict("M")
     return problem

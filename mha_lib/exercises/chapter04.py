@@ -113,6 +113,11 @@ FUSED = catalogue(
     no_gradient=("no gradient reaches the module's weights, so the "
                  "projections could not be trained: no .detach(), .data "
                  "or torch.no_grad() on the way", _LAYERS),
+    fixed_size=("right for d_model = 8, but the function must work for "
+                "any d_model: the checker also tries "
+                "MultiHeadAttention(12, 3), whose stacked weight is "
+                "(36, 12); take the sizes from mha.d_model or the "
+                "weights, not the numbers 24 and 8", _LAYERS),
 )
 
 
@@ -123,6 +128,13 @@ def _explain_fused(error: BaseException, record) -> object:
         if dim not in (0, -2):
             return FUSED["wrong_axis"]
     return None
+
+
+def _three_of_width(given: object, d_model: int) -> bool:
+    """Whether ``given`` is three tensors of ``d_model`` features."""
+    return (isinstance(given, (tuple, list)) and len(given) == 3
+            and all(isinstance(t, torch.Tensor) and t.dim()
+                    and t.size(-1) == d_model for t in given))
 
 
 def check_fused_projection(fn: FusedProjection) -> Verdict:
@@ -136,9 +148,12 @@ def check_fused_projection(fn: FusedProjection) -> Verdict:
             x = torch.randn(batch, length, d_model)
         layers = (mha.q_proj, mha.k_proj, mha.v_proj)
         call = attempt(fn, x, mha, explain=_explain_fused)
+        given = call.value
+        if d_model != 8 and (call.verdict is not None
+                             or not _three_of_width(given, d_model)):
+            return FUSED["fixed_size"].verdict(call.label)  # 8 passed
         if call.verdict is not None:
             return call.verdict
-        given = call.value
         if not isinstance(given, (tuple, list)) or len(given) != 3:
             return Verdict(False, f"{call.label} should return three "
                                   f"tensors (q, k, v)")

@@ -25,6 +25,7 @@ _COLUMNS = "Which features belong to which head"
 _BACK = "The way back: `merge_heads`"
 
 _PERMUTE = (torch.permute, torch.Tensor.permute)
+_TRANSPOSE = (torch.transpose, torch.Tensor.transpose)
 
 
 def _inputs() -> list[tuple[torch.Tensor, int]]:
@@ -57,14 +58,15 @@ SPLIT = catalogue(
 )
 
 
-def _permute_verdict(used_permute: bool, try_: str, done: str) -> Verdict:
-    """Right values: accepted; with transpose instead of the asked-for
-    permute, say so and what to try."""
-    if not used_permute:
-        return Verdict(True, "right values, with the chapter's "
-                             "transpose(1, 2); the exercise asks for "
-                             "permute: try " + try_)
-    return Verdict(True, done)
+def _permute_verdict(record, try_: str, done: str) -> Verdict:
+    """Right values: accepted; without the asked-for permute, say what was
+    used (the chapter's transpose, or neither) and what to try."""
+    if record.used(*_PERMUTE):
+        return Verdict(True, done)
+    how = ("with the chapter's transpose(1, 2)"
+           if record.used(*_TRANSPOSE) else "without permute")
+    return Verdict(True, f"right values, {how}; the exercise asks for "
+                         f"permute: try {try_}")
 
 
 def check_split_heads(
@@ -98,9 +100,9 @@ def check_split_heads(
             ])
         if problem is not None:
             return problem
-        used_permute = call.record.used(*_PERMUTE)
+        record = call.record
     return _permute_verdict(
-        used_permute, "view, then permute(0, 2, 1, 3)",
+        record, "view, then permute(0, 2, 1, 3)",
         "(B, L, H*D) -> (B, H, L, D), head h = columns h*D..(h+1)*D-1")
 
 
@@ -152,9 +154,9 @@ def check_merge_heads(
             ])
         if problem is not None:
             return problem
-        used_permute = call.record.used(*_PERMUTE)
+        record = call.record
     return _permute_verdict(
-        used_permute, "permute(0, 2, 1, 3), then reshape",
+        record, "permute(0, 2, 1, 3), then reshape",
         "(B, H, L, D) -> (B, L, H*D); fn(split_heads(x, H)) is x")
 
 
@@ -168,6 +170,9 @@ COLUMNS = catalogue(
                   "head h is x[..., h*D:(h+1)*D]", _COLUMNS),
     reshaped=("the exercise slices columns, without view, reshape or "
               "permute", _COLUMNS),
+    wrong_split=("that is head h of x.view(B, H, L, D), the wrong split: "
+                 "its rows cut across tokens; head h is the block of D "
+                 "columns h*D .. (h+1)*D - 1 of every token", _WRONG_WAY),
 )
 
 _RESHAPES = (torch.Tensor.view, torch.Tensor.reshape, torch.reshape,
@@ -192,11 +197,11 @@ def check_head_columns(
                                  f"num_heads={num_heads}")
             if call.verdict is not None:
                 return call.verdict
-            if call.record.used(*_RESHAPES):
-                return COLUMNS["reshaped"].verdict(call.label)
             problem = check_tensor(
                 call.label, call.value, split_heads(x, num_heads)[:, h],
                 axes="(B, L, D)", atol=0.0, rtol=0.0, mistakes=[
+                    (COLUMNS["wrong_split"], x.reshape(
+                        x.size(0), num_heads, x.size(1), head_dim)[:, h]),
                     (COLUMNS["strided"], x[..., h::num_heads]),
                     (COLUMNS["width_is_heads"],
                      x[..., h * num_heads:(h + 1) * num_heads]),
@@ -205,5 +210,7 @@ def check_head_columns(
                 ])
             if problem is not None:
                 return problem
+            if call.record.used(*_RESHAPES):
+                return COLUMNS["reshaped"].verdict(call.label)
     return Verdict(
         True, "head h is a block of D neighbouring columns of every token")
