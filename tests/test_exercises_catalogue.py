@@ -258,6 +258,22 @@ def d2l_to_mha(d2l, transpose=False, rename=None, skip=(), bias=None,
     return mha
 
 
+def _d2l_to_mha_8_4(d2l):  # the sizes of the chapter, hard-coded
+    mha = MultiHeadAttention(8, 4, bias=d2l.W_q.bias is not None)
+    for old, new in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"),
+                     ("W_o", "out_proj")):
+        getattr(mha, new).load_state_dict(getattr(d2l, old).state_dict())
+    return mha
+
+
+def _d2l_to_mha_shared(d2l):  # d2l's own layers, not copies
+    mha = MultiHeadAttention(d2l.W_o.out_features, d2l.num_heads,
+                             bias=d2l.W_q.bias is not None)
+    mha.q_proj, mha.k_proj = d2l.W_q, d2l.W_k
+    mha.v_proj, mha.out_proj = d2l.W_v, d2l.W_o
+    return mha
+
+
 # --- chapter 11 -----------------------------------------------------------
 
 def my_to_torch(m, order="qkv", transpose=False, dim=0, out=True, biases=True,
@@ -1089,6 +1105,8 @@ WRONG = {
         "no_transpose": lambda: (lambda hs: torch.stack(hs, dim=1).reshape(
             hs[0].shape[0], hs[0].shape[1], -1),),
         "no_cat": lambda: (lambda hs: torch.stack(hs, dim=-2).flatten(-2),),
+        "view": lambda: (lambda hs: torch.stack(hs, dim=1).transpose(1, 2).view(
+            hs[0].shape[0], hs[0].shape[1], -1),),
     },
     "check_masked_self_attention": {
         "padding_only": lambda: _mha_output(lambda p, c: p),
@@ -1100,10 +1118,15 @@ WRONG = {
         "future/alone": lambda: _mha_output(lambda p, c: torch.ones(
             6, 6, dtype=torch.bool).triu()),
         "pair": lambda: _mha_output(lambda p, c: p & c, whole=True),
+        "off_by_one": lambda: _mha_output(lambda p, c: p & c.tril(-1)),
+        "off_by_one/alone": lambda: _mha_output(lambda p, c: torch.ones(
+            6, 6, dtype=torch.bool).tril(-1)),
     },
     "check_num_parameters": {
         "no_bias": lambda: (lambda d, h, bias: 4 * d * d,),
         "bias_flag": lambda: (lambda d, h, bias: 4 * d * d + 4 * d,),
+        "three_biases": lambda: (lambda d, h, bias: 4 * d * d + 3 * d * bias,),
+        "float_count": lambda: (lambda d, h, bias: 4.0 * d * d + 4.0 * d * bias,),
         "no_output": lambda: (lambda d, h, bias: 3 * d * d + 3 * d * bias,),
         "per_head": lambda: (lambda d, h, bias: 4 * d * (d // h) + 4 * (d // h) * bias,),
         "head_matrices": lambda: (lambda d, h, bias: 4 * h * d * d + 4 * d * bias,),
@@ -1140,6 +1163,8 @@ WRONG = {
         "extra_bias": lambda: (lambda d: d2l_to_mha(d, bias=True),),
         "bias_not_copied": lambda: (lambda d: d2l_to_mha(d, copy_bias=False),),
         "num_heads": lambda: (lambda d: d2l_to_mha(d, heads=1),),
+        "hard_coded": lambda: (_d2l_to_mha_8_4,),
+        "shared": lambda: (_d2l_to_mha_shared,),
     },
     "check_einsum_scores": {
         "unscaled": lambda: (lambda q, k: torch.einsum("bhld,bhtd->bhlt", q, k),),

@@ -531,7 +531,8 @@ def multi_head(s: Shapes) -> Svg:
         svg.line(mid, 178, mid, 200)
         svg.rect(x, 202, col_w, 70, fill=ACCENT, stroke=ACCENT_EDGE)
         svg.text(mid, 222, f"head {i}: attention", size=14, weight="bold")
-        svg.text(mid, 241, "softmax(QK^{T}/\u221aD) V", size=12.5)
+        svg.text(mid, 241, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221aD) V_{{{i}}}",
+                 size=12.5)
         svg.text(mid, 262, f"weights {fmt((s.batch, s.length, s.length))}", size=11.5,
                  family=MONO, fill=ACCENT_EDGE)
         svg.line(mid, 272, mid, 294)

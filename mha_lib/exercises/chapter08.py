@@ -41,7 +41,17 @@ CONCAT = catalogue(
                   "positions and heads; transpose to (B, L, H, D) first",
                   _CONCAT),
     no_cat=("the exercise concatenates with torch.cat", _CONCAT),
+    view=("view cannot fuse the axes of a transposed tensor, which is "
+          "not contiguous in memory: use reshape, or "
+          ".contiguous().view(...)",
+          "The wrong way: reshape without the transpose"),
 )
+
+
+def _explain_concat(error: BaseException, record: object) -> object:
+    """``view`` after a transpose: the tensor is not contiguous."""
+    return CONCAT["view"] if (isinstance(error, RuntimeError)
+                              and "view" in str(error)) else None
 
 
 def check_concat_heads(
@@ -57,7 +67,8 @@ def check_concat_heads(
                         generator=generator)  # (B, H, L, D)
         per_head = list(x.unbind(dim=1))  # H x (B, L, D), strided views
         call = attempt(fn, per_head, shown=f"{heads} heads of shape "
-                                           f"{(batch, length, head_dim)}")
+                                           f"{(batch, length, head_dim)}",
+                       explain=_explain_concat)
         if call.verdict is not None:
             return call.verdict
         problem = check_tensor(
@@ -98,6 +109,9 @@ MASKED = catalogue(
     future=("the causal part is the upper triangle: each token sees "
             "itself and its future instead of its past; causal_mask(L) "
             "is the lower triangle, key j <= query i", _MASKS),
+    off_by_one=("the causal part is tril(-1), strictly below the "
+                "diagonal: a token must also see itself; causal_mask(L) "
+                "keeps the diagonal, key j <= query i", _MASKS),
     pair=("output is the pair (output, weights) the module returns: "
           "take [0]", "Assembling the module"),
 )
@@ -149,6 +163,8 @@ def check_masked_self_attention(
             (MASKED["no_mask"], lambda: run(None)),
             (MASKED["future"], lambda: run(pad & causal.mT)),
             (MASKED["future"], lambda: run(causal.mT)),
+            (MASKED["off_by_one"], lambda: run(pad & causal.tril(-1))),
+            (MASKED["off_by_one"], lambda: run(causal.tril(-1))),
         ]),
         "padding AND causal: each token sees the real tokens up to itself")
 
@@ -160,6 +176,11 @@ PARAMETERS = catalogue(
     no_bias=("the biases are missing: with bias=True each of the four "
              "layers has d_model of them", _MODULE),
     bias_flag=("with bias=False there are no biases", _MODULE),
+    three_biases=("out_proj has a bias too: with bias=True each of the "
+                  "four layers, q, k, v and out, has d_model biases",
+                  "The output projection"),
+    float_count=("a count of parameters is a whole number: return an "
+                 "int (// rather than /, 4 rather than 4.0)", _MODULE),
     no_output=("the output projection is missing: four d_model x d_model "
                "layers, q, k, v and out", "The output projection"),
     per_head=("the heads only slice the four projections: their number "
@@ -197,6 +218,7 @@ def _wrong_counts(d: int, h: int, bias: bool) -> list:
     b = 4 * d if bias else 0
     return [(PARAMETERS["no_bias"], 4 * d * d),
             (PARAMETERS["bias_flag"], 4 * d * d + 4 * d),
+            (PARAMETERS["three_biases"], 4 * d * d + 3 * b // 4),
             (PARAMETERS["no_output"], 3 * d * d + 3 * b // 4),
             (PARAMETERS["per_head"], (4 * d * d + b) // h),
             (PARAMETERS["head_matrices"], (4 * d * d + b) * h),
@@ -213,7 +235,17 @@ def check_num_parameters(fn: Callable[[int, int, bool], int]) -> Verdict:
     counted from the shapes alone (no module built)."""
     cases = ((8, 4, True), (8, 2, True), (512, 8, True), (512, 8, False),
              (768, 12, True), (96, 1, False))
-    return check_calls(
+    verdict = check_calls(
         fn, cases, _num_parameters,
         "4 * d_model**2, + 4 * d_model with bias, whatever num_heads",
         mistakes=_wrong_counts, refuse=_built_module)
+    if not verdict:
+        return verdict
+    for args in cases:  # the right value: is it a whole number?
+        call = attempt(fn, *args)
+        value = call.value
+        if isinstance(value, float) or (isinstance(value, torch.Tensor)
+                                        and value.is_floating_point()):
+            return PARAMETERS["float_count"].verdict(
+                f"{call.label} = {value!r}")
+    return verdict

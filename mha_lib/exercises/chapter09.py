@@ -65,9 +65,14 @@ def check_repeat_lens(
         rest = valid_lens.shape[1:]
         for num_heads in (4, 1, 3):
             shown = f"{valid_lens.tolist()}, {num_heads}"
-            call = attempt(fn, valid_lens.clone(), num_heads, shown=shown,
-                           explain=_explain_repeat if rest else None)
+            call = attempt(fn, valid_lens.clone(), num_heads, shown=shown)
             if call.verdict is not None:
+                mistake = (_explain_repeat(call.error, call.record)
+                           if rest else None)
+                if mistake is not None:  # the hint, not PyTorch's words
+                    return mistake.verdict(
+                        f"your {call.label} raised "
+                        f"{type(call.error).__name__}")
                 return call.verdict
             expected = torch.repeat_interleave(valid_lens,
                                                repeats=num_heads, dim=0)
@@ -155,7 +160,19 @@ D2L = catalogue(
     bias_not_copied=("the biases were not copied: load_state_dict or "
                      "copy_ copies weight and bias together", _SAME),
     num_heads=("the number of heads differs: take d2l.num_heads", _SAME),
+    hard_coded=("the sizes are hard-coded: read them from the module "
+                "(d2l.W_o.out_features, d2l.num_heads), which may have "
+                "any size", _SAME),
+    shared=("the returned module holds d2l's own layers, not copies: "
+            "training either would change both; copy the weights into "
+            "the new module's layers (load_state_dict or copy_)", _SAME),
 )
+
+
+def _explain_d2l(error: BaseException, record: object) -> object:
+    """A module built for one size, loaded with another."""
+    return D2L["hard_coded"] if (isinstance(error, RuntimeError)
+                                 and "size" in str(error)) else None
 
 _PAIRS = (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"),
           ("W_o", "out_proj"))
@@ -167,6 +184,10 @@ def _compare_layers(d2l: D2LMultiHeadAttention,
     weights = {old: getattr(d2l, old).weight.detach() for old, _ in _PAIRS}
     for old, new in _PAIRS:
         layer = getattr(mha, new, None)
+        if layer is getattr(d2l, old) or (
+                isinstance(layer, torch.nn.Linear)
+                and layer.weight is getattr(d2l, old).weight):
+            return D2L["shared"].verdict(new)
         if not isinstance(layer, torch.nn.Linear):
             return Verdict(False, f"the returned module has no nn.Linear "
                                   f"{new}")
@@ -211,6 +232,10 @@ def check_d2l_to_mha(
                        shown=f"d2l with num_hiddens={num_hiddens}, "
                              f"num_heads={num_heads}, bias={bias}")
         if call.verdict is not None:
+            mistake = _explain_d2l(call.error, call.record)
+            if mistake is not None:  # the hint, not PyTorch's words
+                return mistake.verdict(f"your {call.label} raised "
+                                       f"{type(call.error).__name__}")
             return call.verdict
         mha = call.value
         if not isinstance(mha, MultiHeadAttention):
@@ -218,6 +243,8 @@ def check_d2l_to_mha(
                 False, f"{call.label} should return a "
                        f"mha_lib.MultiHeadAttention, got "
                        f"{type(mha).__name__}")
+        if mha.d_model != num_hiddens:
+            return D2L["hard_coded"].verdict(call.label)
         if mha.num_heads != num_heads:
             return D2L["num_heads"].verdict(call.label)
         problem = _compare_layers(d2l, mha)
