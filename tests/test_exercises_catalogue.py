@@ -727,6 +727,10 @@ RIGHT = {
         lambda: ({w: i for i, w in enumerate(
             ["<pad>", *sorted({t for s in SENTENCES for t in tokenize(s)})])},),
     ],
+    "check_bpe_merges": [
+        lambda: ([("u", "g"), ("ug", "</w>"), ("b", "ug</w>")],),
+        lambda: ((["u", "g"], ["ug", "</w>"], ["b", "ug</w>"]),),
+    ],
     "check_padded_batch": [
         lambda: encode(TWO, STOI, pad_id=0),
         lambda: _padded(),
@@ -924,6 +928,18 @@ WRONG = {
         "empty_token": lambda: (lambda t: tokenize(t.replace(",", " ")),),
         "not_lowercase": lambda: (lambda t: re.sub(r"[!.?,]", "", t).split(" "),),
         "too_much_removed": lambda: (lambda t: re.findall(r"\w+", t.lower()),),
+        "inner_comma": lambda: (lambda t: [w.rstrip(",") for w in tokenize(t)],),
+        "inner_period": lambda: (lambda t: [
+            w.strip(",.!?").lower() for w in t.split(" ")],),
+        "inner_period/strip_after_comma": lambda: (lambda t: [
+            w.strip(".!?").lower() for w in t.replace(",", "").split(" ")],),
+    },
+    "check_bpe_merges": {
+        "joined": lambda: (["ug", "ug</w>", "bug</w>"],),
+        "no_end_marker": lambda: ([("u", "g"), ("b", "ug"), ("p", "ug")],),
+        "unweighted": lambda: ([("u", "g"), ("ug", "</w>"), ("p", "ug</w>")],),
+        "not_recounted": lambda: ([("u", "g"), ("g", "</w>"), ("b", "u")],),
+        "wrong_order": lambda: ([("ug", "</w>"), ("u", "g"), ("b", "ug</w>")],),
     },
     "check_vocab": {
         "no_pad": lambda: (build_vocab(SENTENCES),),
@@ -942,6 +958,10 @@ WRONG = {
         "indexing": lambda: (lambda ids, w: w[ids],),
         "no_num_classes": lambda: (lambda ids, w: F.one_hot(ids).float() @ w,),
         "not_cast": lambda: (lambda ids, w: F.one_hot(ids, w.size(0)) @ w,),
+        "classes_d_model": lambda: (lambda ids, w: F.one_hot(
+            ids, w.size(1)).float() @ w,),
+        "transposed": lambda: (lambda ids, w: F.one_hot(
+            ids, w.size(0)).float() @ w.T,),
         "no_gradient": lambda: (lambda ids, w: (
             F.one_hot(ids, w.size(0)).float() @ w).detach(),),
         "no_one_hot": lambda: (lambda ids, w: (
@@ -958,6 +978,8 @@ WRONG = {
         "bias": lambda: (50257 * 768 + 768,),
         "bytes": lambda: (4 * 50257 * 768,),
         "tied_twice": lambda: (2 * 50257 * 768,),
+        "whole_model": lambda: (124_412_160,),
+        "with_positions": lambda: (50257 * 768 + 1024 * 768,),
     },
     "check_sinusoidal": {
         "exp_log": lambda: (sinusoidal_encoding,),

@@ -68,6 +68,8 @@ def test_the_data_checkers_refuse_junk_without_raising():
             ("check_vocab", (None,)), ("check_vocab", ({"a": 1},)),
             ("check_padded_batch", (None, None)),
             ("check_padded_batch", (torch.zeros(2, 4), torch.zeros(3))),
+            ("check_bpe_merges", (None,)), ("check_bpe_merges", ([1, 2, 3],)),
+            ("check_bpe_merges", ([("u", "g", "x")],)),
             ("check_padding_embedding", (None, None)),
             ("check_embedding_parameters", ("many",)),
             ("check_embedding_parameters", (True,)),

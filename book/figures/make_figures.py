@@ -479,7 +479,7 @@ def strip(chapter: int, s: Shapes) -> Svg:
                  weight="bold" if on else "normal")
         if shapes[stage]:
             svg.text(x + box_w / 2, top + box_h + 16, fmt(shapes[stage]).replace(" ", ""),
-                     size=11.5, family=MONO, fill=HOT_EDGE if on else MUTED)
+                     size=13.5, family=MONO, fill=HOT_EDGE if on else MUTED)
         if i:
             svg.line(x - step + box_w + 1, top + box_h / 2, x - 1, top + box_h / 2,
                      width=1.1)

@@ -20,6 +20,7 @@ Usage, in a notebook::
 """
 
 from mha_lib.exercises.chapter01 import (
+    check_bpe_merges,
     check_padded_batch,
     check_tokenizer,
     check_vocab,
@@ -117,6 +118,7 @@ __all__ = [
     "check_tokenizer",
     "check_vocab",
     "check_padded_batch",
+    "check_bpe_merges",
     "check_onehot_embedding",
     "check_padding_embedding",
     "check_embedding_parameters",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 
 import torch
@@ -19,7 +20,9 @@ __all__ = [
     "check_tokenizer",
     "check_vocab",
     "check_padded_batch",
+    "check_bpe_merges",
     "strip_all_punctuation",
+    "BPE_CORPUS",
 ]
 
 
@@ -32,6 +35,12 @@ TOKENIZER = catalogue(
     "check_tokenizer", 1,
     comma_kept=("a comma is still glued to its word (\"hello,\"): remove "
                 "the commas before splitting", "Tokenization"),
+    inner_comma=("a comma inside a word stays (\"1,000\"): stripping the "
+                 "ends of each token misses it; delete every comma, "
+                 "wherever it stands", "Tokenization"),
+    inner_period=("a . inside a word stays (\"3.5\"), but tokenize "
+                  "deletes every ! . ? wherever it stands, giving \"35\": "
+                  "delete, do not strip", "Tokenization"),
     empty_token=("there is an empty token: a comma replaced by a space "
                  "leaves two spaces in a row; delete the commas instead",
                  "Tokenization"),
@@ -47,7 +56,9 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
     """Exercise 1.1: a tokenizer like :func:`~mha_lib.tokenize` that also
     drops commas."""
     for text in [*SENTENCES, "Well, well, well.", "no punctuation here",
-                 "Don't stop, said the well-known cat."]:
+                 "Don't stop, said the well-known cat.",
+                 "Dr. Who? It costs 3.5 euros!",
+                 "It costs 1,000 euros, or 1,500."]:
         call = attempt(fn, text, shown=repr(text))
         if call.verdict is not None:
             return call.verdict
@@ -59,7 +70,11 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
             return Verdict(False, f"{call.label} should be a list of "
                                   f"str, got {type(given).__name__}")
         wrong = (
-            (TOKENIZER["comma_kept"], any("," in t for t in given)),
+            (TOKENIZER["inner_period"],
+             any("." in t.strip(".") for t in given)),
+            (TOKENIZER["comma_kept"],
+             any(t.startswith(",") or t.endswith(",") for t in given)),
+            (TOKENIZER["inner_comma"], any("," in t for t in given)),
             (TOKENIZER["empty_token"], "" in given and "" not in want),
             (TOKENIZER["not_lowercase"],
              [t.lower() for t in given] == want),
@@ -191,3 +206,100 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     return Verdict(
         True,
         "two rows of four ids, the shorter padded with 0; lengths [4, 3]")
+
+
+# Exercise 1.3: the toy corpus whose first three merges the reader finds
+BPE_CORPUS = {"pug": 7, "bug": 8, "bun": 5, "hugs": 6}
+
+
+def _bpe(word_counts: dict[str, int], num_merges: int, end: bool = True,
+         weighted: bool = True, recount: bool = True
+         ) -> list[tuple[str, str]]:
+    """BPE as chapter 1 runs it (ties to the pair counted first); the
+    flags plant the classic mistakes."""
+    words = {((*w, "</w>") if end else tuple(w)): (n if weighted else 1)
+             for w, n in word_counts.items()}
+
+    def count() -> Counter:
+        pairs: Counter = Counter()
+        for symbols, n in words.items():
+            for pair in zip(symbols, symbols[1:]):
+                pairs[pair] += n
+        return pairs
+
+    if not recount:
+        return [pair for pair, _ in count().most_common(num_merges)]
+    merges = []
+    for _ in range(num_merges):
+        best = count().most_common(1)[0][0]
+        merges.append(best)
+        merged = {}
+        for symbols, n in words.items():
+            out, i = [], 0
+            while i < len(symbols):
+                if symbols[i:i + 2] == best:
+                    out.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            merged[tuple(out)] = n
+        words = merged
+    return merges
+
+
+SECTION = "Unknown words: subword tokenizers"
+BPE = catalogue(
+    "check_bpe_merges", 1,
+    joined=("write each merge as the pair it joins, (\"u\", \"g\"), not "
+            "the joined string \"ug\"", SECTION),
+    no_end_marker=("these are the merges without the end-of-word marker: "
+                   "every word ends in \"</w>\", which pairs with the last "
+                   "letter like any other symbol", SECTION),
+    unweighted=("each word was counted once: a pair occurs as many times "
+                "as the words that hold it, times their counts (\"bug\" "
+                "8 times)", SECTION),
+    not_recounted=("these are the most frequent pairs of the first count; "
+                   "after each merge the words change, so count the pairs "
+                   "again, the new symbol included", SECTION),
+    wrong_order=("the right merges in the wrong order: the most frequent "
+                 "pair is merged first", SECTION),
+)
+
+
+def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
+    """Exercise 1.3: the first three merges of BPE on :data:`BPE_CORPUS`,
+    with the end-of-word marker ``"</w>"``, as a list of pairs."""
+    want = _bpe(BPE_CORPUS, 3)
+    if not isinstance(merges, (list, tuple)):
+        return Verdict(False, f"merges should be a list of pairs, got "
+                              f"{type(merges).__name__}")
+    merges = list(merges)
+    if merges and all(isinstance(m, str) for m in merges):
+        return BPE["joined"].verdict("merges")
+    if not all(isinstance(m, (list, tuple)) and len(m) == 2
+               and all(isinstance(s, str) for s in m) for m in merges):
+        return Verdict(False, "merges should be a list of pairs of "
+                              "strings, such as [(\"u\", \"g\"), ...]")
+    merges = [tuple(m) for m in merges]
+    if len(merges) != len(want):
+        return Verdict(False, f"merges should hold the first "
+                              f"{len(want)} merges, got {len(merges)}")
+    if merges == want:
+        return Verdict(True, "three merges, each the most frequent pair "
+                             "after the ones before")
+    mistakes = (
+        ("no_end_marker", _bpe(BPE_CORPUS, 3, end=False)),
+        ("unweighted", _bpe(BPE_CORPUS, 3, weighted=False)),
+        ("not_recounted", _bpe(BPE_CORPUS, 3, recount=False)),
+    )
+    for name, planted in mistakes:
+        if merges == planted:
+            return BPE[name].verdict("merges")
+    if sorted(merges) == sorted(want):
+        return BPE["wrong_order"].verdict("merges")
+    first = next(i for i, (a, b) in enumerate(zip(merges, want))
+                 if a != b)
+    return Verdict(False, f"merges[{first}] is not the most frequent "
+                          f"pair after the merges before it: count the "
+                          f"pairs again, weighted by the word counts")

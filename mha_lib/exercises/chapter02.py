@@ -43,6 +43,14 @@ ONEHOT = catalogue(
                  "way", "Only the rows used get a gradient"),
     no_one_hot=("the exercise asks for F.one_hot and a matrix product; "
                 "this does not call F.one_hot", "An embedding is a lookup"),
+    classes_d_model=("num_classes is weight.size(1), d_model; a one-hot "
+                     "vector has one entry per row of the table, per "
+                     "token: num_classes=weight.size(0)",
+                     "An embedding is a lookup"),
+    transposed=("weight is already (V, d_model), one row per token: "
+                "multiply by weight, not weight.T (nn.Linear stores its "
+                "matrix transposed; nn.Embedding does not)",
+                "An embedding is a lookup"),
 )
 
 
@@ -55,9 +63,19 @@ def _one_hot_without_classes(record) -> bool:
     return False
 
 
-def _explain_onehot(error: BaseException, record) -> object:
+def _explain_onehot(error: BaseException, record,
+                    weight: torch.Tensor) -> object:
     if _one_hot_without_classes(record):
         return ONEHOT["no_num_classes"]
+    for _, args, kwargs in record.find(F.one_hot):
+        classes = args[1] if len(args) > 1 else kwargs.get("num_classes")
+        if classes == weight.size(1) != weight.size(0):
+            return ONEHOT["classes_d_model"]
+    transposed = tuple(reversed(weight.shape))
+    if any(isinstance(a, torch.Tensor) and tuple(a.shape) == transposed
+           and a.dim() == 2 for _, args, _ in record.calls for a in args
+           if a is not weight) and record.used(F.one_hot):
+        return ONEHOT["transposed"]
     text = str(error)
     if record.used(F.one_hot) and ("dtype" in text or "Long" in text):
         return ONEHOT["not_cast"]
@@ -82,7 +100,8 @@ def check_onehot_embedding(
                              requires_grad=True)
         call = attempt(fn, ids, weight, shown=f"ids {tuple(shape)}, "
                        f"weight {(vocab_size, d_model)}",
-                       explain=_explain_onehot)
+                       explain=lambda error, record, w=weight:
+                       _explain_onehot(error, record, w))
         if call.verdict is not None:
             return call.verdict
         if any(indexes_with_tensor(c) for c in call.record.calls) \
@@ -188,6 +207,12 @@ PARAMETERS = catalogue(
            "the number of parameters", "The embedding table"),
     tied_twice=("that counts the table twice; the question is the token "
                 "embedding table alone", "The embedding table"),
+    whole_model=("that is all of GPT-2 small, 124,412,160 parameters; "
+                 "the question is its token embedding table alone",
+                 "The embedding table"),
+    with_positions=("that adds GPT-2's table of 1,024 learned positions "
+                    "(1,024 x 768); the question is the token table alone",
+                    "The embedding table"),
 )
 
 
@@ -202,6 +227,8 @@ def check_embedding_parameters(n: int) -> Verdict:
         (PARAMETERS["bias"], expected + 768),
         (PARAMETERS["bytes"], 4 * expected),
         (PARAMETERS["tied_twice"], 2 * expected),
+        (PARAMETERS["whole_model"], 124_412_160),
+        (PARAMETERS["with_positions"], expected + 1024 * 768),
     ])
     if problem is not None:
         return problem
