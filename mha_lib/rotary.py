@@ -27,8 +27,9 @@ def rotary_angles(positions: torch.Tensor, dim: int,
                   base: float = 10000.0,
                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The angles ``positions[l] * base ** (-2 i / dim)``, ``(L, D/2)``, in
-    ``dtype``: float64 (as :func:`apply_rotary` computes them) keeps them
-    exact at any position, float32 rounds positions from ``2**24`` on.
+    ``dtype``: float64 (as :func:`~mha_lib.apply_rotary` computes them)
+    keeps them exact at any position, float32 rounds positions from
+    ``2**24`` on.
 
     Args:
         positions: The tokens' positions, ``(L,)``, integers.

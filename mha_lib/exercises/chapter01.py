@@ -223,7 +223,7 @@ def _bpe(word_counts: dict[str, int], num_merges: int, end: bool = True,
     def count() -> Counter:
         pairs: Counter = Counter()
         for symbols, n in words.items():
-            for pair in zip(symbols, symbols[1:]):
+            for pair in zip(symbols, symbols[1:], strict=False):
                 pairs[pair] += n
         return pairs
 
@@ -298,8 +298,9 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
             return BPE[name].verdict("merges")
     if sorted(merges) == sorted(want):
         return BPE["wrong_order"].verdict("merges")
-    first = next(i for i, (a, b) in enumerate(zip(merges, want))
-                 if a != b)
+    pairs = zip(merges, want, strict=False)
+    first = next((i for i, (a, b) in enumerate(pairs) if a != b),
+                 min(len(merges), len(want)))
     return Verdict(False, f"merges[{first}] is not the most frequent "
                           f"pair after the merges before it: count the "
                           f"pairs again, weighted by the word counts")
