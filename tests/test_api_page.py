@@ -222,6 +222,9 @@ def undocumented(uses: Uses, page: Documented) -> list[str]:
             parent = resolve(owner)
         except (ImportError, AttributeError):
             parent = None
+        if isinstance(parent, type) and name == "__init__" and page.has(parent):
+            used_objects.append(parent)  # the class's entry documents its constructor
+            continue
         if isinstance(parent, type):  # `mha_lib.KVCache.reorder`: a member
             if not page.has_member(parent, name) and not page.has(obj):
                 missing.append(f"{dotted} (cell {cell})")

@@ -268,7 +268,7 @@ BPE = catalogue(
 
 
 def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
-    """Exercise 1.3: the first three merges of BPE on :data:`BPE_CORPUS`,
+    """Exercise 1.3: the first three merges of BPE on ``BPE_CORPUS``,
     with the end-of-word marker ``"</w>"``, as a list of pairs."""
     want = _bpe(BPE_CORPUS, 3)
     if not isinstance(merges, (list, tuple)):
