@@ -53,8 +53,8 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the book exactly like `make book` (-W -n --keep-going --all); return the html dir.
 
     Fails, with the whole build log, on a non-zero exit or on any WARNING in the log. Under
-    pytest-xdist (`make test` runs two workers) the workers share one build: the first to
-    get here builds into the session's common temporary folder, the other waits for it.
+    pytest-xdist (`make test` runs three workers) the workers share one build: the first to
+    get here builds into the session's common temporary folder, the others wait for it.
     """
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = tmp_path_factory.getbasetemp().parent  # common to all workers
@@ -65,13 +65,13 @@ def built_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 # The repository the "published" build is given (a name no real repository link may use).
 PUBLISHED_REPOSITORY = "https://github.com/example-owner/example-book"
-PUBLISHED_PAGES = ["book/intro", "book/08_multi_head_attention", "book/16_rotary"]
+PUBLISHED_PAGES = ["book/intro", "book/08_multi_head_attention"]
 
 
 @pytest.fixture(scope="session")
 def published_book(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The book built as published from ``PUBLISHED_REPOSITORY`` (``BOOK_REPOSITORY`` set):
-    three pages only (a table of contents of its own), enough for its buttons and
+    two pages only (a table of contents of its own), enough for its buttons and
     downloads; not strict, since the root page links pages this build leaves out."""
     out = tmp_path_factory.mktemp("published")
     toc = out / "_toc.yml"
@@ -113,12 +113,13 @@ def _build_once(out: Path, extra: list[str] | None = None,
     return html
 
 
-# --- scheduling under pytest-xdist (`make test`: two workers, --dist loadscope) -------------
+# --- scheduling under pytest-xdist (`make test`: three workers, --dist loadscope) -----------
 # Each test module, and each notebook (whose cells share one kernel), runs whole on one
 # worker, handed out in the order below (--no-loadscope-reorder). The book build and the
 # browser crawl that needs it are the longest chain of the run (about 90 s), so the build
-# goes first; two long notebooks keep the other worker busy until the build is done, and
-# then it takes the crawl. Short test files come last, so that both workers end together.
+# goes first; two long notebooks keep the other workers busy until the build is done, and
+# the first free one takes the crawl. Short test files come last, so that the workers end
+# together.
 FIRST = ("tests/test_book.py", "book/15_attention_at_work.ipynb",
          "book/12_transformer_block.ipynb", "tests/test_browser.py")
 
