@@ -219,26 +219,14 @@ def strip_line(chapter: int) -> str | None:
     return _STRIPS[chapter]
 
 
-def without_install_note(source: str) -> str:
-    """``source`` without the install note (the blockquote that starts with NOTE_FIRST)."""
-    lines = source.split("\n")
+def _without_notes(lines: list[str], strips: bool) -> list[str]:
+    """``lines`` without the install note (the blockquote that starts with NOTE_FIRST)
+    and, if ``strips``, without the "you are here" strip's image line."""
     kept, i = [], 0
     while i < len(lines):
-        if lines[i].startswith((NOTE_FIRST, OLD_NOTE_FIRST)):
-            while i < len(lines) and lines[i].startswith(">"):
-                i += 1
-        else:
-            kept.append(lines[i])
-            i += 1
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
-
-
-def _head_source(source: str, repo: str | None, chapter: int | None) -> str:
-    lines = source.split("\n")
-    kept, i = [], 0
-    while i < len(lines):  # drop a strip or an install note put there before
-        if re.match(r"^!\[[^\n]*\]\((?:figures/|attachment:)strip_\d+\.(?:svg|png)\)",
-                    lines[i]):
+        if strips and re.match(
+                r"^!\[[^\n]*\]\((?:figures/|attachment:)strip_\d+\.(?:svg|png)\)",
+                lines[i]):
             i += 1
         elif lines[i].startswith((NOTE_FIRST, OLD_NOTE_FIRST)):
             while i < len(lines) and lines[i].startswith(">"):
@@ -246,6 +234,18 @@ def _head_source(source: str, repo: str | None, chapter: int | None) -> str:
         else:
             kept.append(lines[i])
             i += 1
+    return kept
+
+
+def without_install_note(source: str) -> str:
+    """``source`` without the install note (the blockquote that starts with NOTE_FIRST)."""
+    kept = _without_notes(source.split("\n"), strips=False)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(kept))
+
+
+def _head_source(source: str, repo: str | None, chapter: int | None) -> str:
+    # drop a strip or an install note put there before
+    kept = _without_notes(source.split("\n"), strips=True)
     title = kept[:1] if kept and kept[0].startswith("# ") else []
     body = kept[len(title):]
     while body and not body[0].strip():
