@@ -130,6 +130,20 @@ SHIFT = catalogue(
     not_block_diagonal=("M mixes different pairs: each sin/cos pair needs "
                         "its own 2 x 2 rotation, with zeros elsewhere",
                         _ROTATION),
+    not_inverted=("the angles grow with i: omega_i = 10000 ** (-2i / "
+                  "d_model) has a minus sign, so the later pairs turn "
+                  "more slowly, not faster", _ROTATION),
+    integer_division=("every pair turns by the same angle k: 2 * i // "
+                      "d_model is integer division, 0 for every pair; "
+                      "write 2 * i / d_model", _ROTATION),
+    other_width=("those are the frequencies of d_model = 64 (the "
+                 "chapter's check used omega64); the exercise's table "
+                 "has d_model = 8, omega_i = 10000 ** (-2i / 8)",
+                 _ROTATION),
+    fitted_few=("M moves the first few positions correctly but not the "
+                "later ones: a fit on fewer positions than d_model "
+                "does not pin M down; fit on many positions, or build "
+                "the rotations from the formula", _ROTATION),
 )
 
 
@@ -168,11 +182,19 @@ def check_shift_matrix(
             True, f"one matrix moves every position {k} steps on, a "
                   "rotation per pair")
     given = M.detach().float()
-    for mistake, wrong in ((SHIFT["backwards"], _shift(-k, d_model)),
-                           (SHIFT["one_step"], _shift(1, d_model)),
-                           (SHIFT["exponent_i"], _shift(k, d_model, 1.0))):
+    for mistake, wrong in (
+            (SHIFT["backwards"], _shift(-k, d_model)),
+            (SHIFT["one_step"], _shift(1, d_model)),
+            (SHIFT["exponent_i"], _shift(k, d_model, 1.0)),
+            (SHIFT["not_inverted"], _shift(k, d_model, -2.0)),
+            (SHIFT["integer_division"], _shift(k, d_model, 0.0)),
+            # omega_i of d_model = 64: 10000 ** (-2i / 64)
+            (SHIFT["other_width"], _shift(k, d_model, 2.0 * d_model / 64))):
         if torch.allclose(given, wrong, atol=1e-4):
             return mistake.verdict("M")
+    # right on the first positions (those a small fit used), wrong later
+    if torch.allclose(shifted[:2], pe[k:k + 2], atol=1e-3):
+        return SHIFT["fitted_few"].verdict("M")
     pairs = torch.block_diag(*[torch.ones(2, 2)] * (d_model // 2))
     scale = given.abs().max().clamp(min=1.0)  # a rotation's entries: <= 1
     if (given * (1 - pairs)).abs().max() > 1e-3 * scale:
