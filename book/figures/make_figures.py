@@ -356,6 +356,76 @@ def soft_lookup(c: Lookup) -> Svg:
     return svg
 
 
+# --- (a2) queries, keys and values, chapter 4 ------------------------------------------------
+
+@dataclass(frozen=True)
+class Projections:
+    """The shapes of chapter 4's three projections, from the running example's module."""
+
+    x: tuple[int, ...]
+    weight: tuple[int, ...]     # nn.Linear's (out, in) storage
+    bias: tuple[int, ...]
+    outputs: dict[str, tuple[int, ...]]
+    parameters: int
+
+
+def projections() -> Projections:
+    """Run the running example's ``x`` through ``q_proj``, ``k_proj`` and ``v_proj``."""
+    _, _, _, x, mha = example()
+    layers = {"Q": mha.q_proj, "K": mha.k_proj, "V": mha.v_proj}
+    with torch.no_grad():
+        outputs = {name: tuple(layer(x).shape) for name, layer in layers.items()}
+    return Projections(
+        x=tuple(x.shape), weight=tuple(mha.q_proj.weight.shape),
+        bias=tuple(mha.q_proj.bias.shape), outputs=outputs,
+        parameters=sum(p.numel() for layer in layers.values() for p in layer.parameters()))
+
+
+def qkv(p: Projections) -> Svg:
+    d_in, d_out = p.weight[1], p.weight[0]
+    roles = {"Q": ("query", "what each token looks for"),
+             "K": ("key", "what each token offers"),
+             "V": ("value", "what each token hands over")}
+    desc = (
+        f"The input x of shape {fmt(p.x)} (B sentences, L tokens, d_model features) goes "
+        "through three separate learned linear layers, q_proj, k_proj and v_proj, each "
+        f"nn.Linear({d_in}, {d_out}) with a weight matrix of {d_in} x {d_out} and a bias of "
+        f"{p.bias[0]}: Q = x W^Q + b^Q, K = x W^K + b^K, V = x W^V + b^V. The outputs Q, K "
+        f"and V have shapes {fmt(p.outputs['Q'])}, {fmt(p.outputs['K'])} and "
+        f"{fmt(p.outputs['V'])}: the query (what each token looks for), the key (what it "
+        "offers) and the value (what it hands over). W^Q is q_proj.weight transposed; the "
+        f"three layers hold {p.parameters} parameters.")
+    svg = Svg(300, "One input, three learned projections: x to Q, K and V, with shapes",
+              desc)
+    svg.text(WIDTH / 2, 24, "Every token of x is projected three times, by three "
+             "different layers", size=16, weight="bold")
+    # x, on the left
+    svg.rect(14, 112, 140, 76, fill=BOX)
+    svg.text(84, 140, "x", size=18, weight="bold")
+    svg.text(84, 162, fmt(p.x), size=14, family=MONO)
+    svg.text(84, 180, "(B, L, d_model)", size=13, fill=MUTED)
+    for i, name in enumerate("QKV"):
+        y = 50 + i * 72  # top of this row
+        mid = y + 29
+        low = name.lower()
+        # the layer
+        svg.line(155, 150, 224, mid)
+        svg.rect(226, y, 250, 58, fill=HOT, stroke=HOT_EDGE)
+        svg.text(351, y + 23, f"{low}_proj = nn.Linear({d_in}, {d_out})", size=14,
+                 family=MONO, weight="bold")
+        svg.text(351, y + 45, f"{name} = x W^{{{name}}} + b^{{{name}}}", size=15)
+        # the output
+        svg.line(477, mid, 514, mid)
+        svg.rect(516, y, 222, 58, fill=BOX)
+        svg.text(530, y + 23, f"{name}  {fmt(p.outputs[name])}", size=15, family=MONO,
+                 weight="bold", anchor="start")
+        svg.text(530, y + 45, roles[name][1], size=13.5, fill=MUTED, anchor="start")
+    svg.text(WIDTH / 2, 284, f"W^{{Q}} = q_proj.weight.T: weight {fmt(p.weight)} stored "
+             f"(out, in), bias ({p.bias[0]},); {p.parameters} parameters in all",
+             size=13.5, fill=MUTED)
+    return svg
+
+
 # --- (b) the "you are here" strip of chapters 1-11 -----------------------------------------
 
 STRIP_STAGES = ["text", "ids", "embed", "+ pos", "Q K V", "heads", "attention",
@@ -1586,6 +1656,7 @@ def figures() -> dict[str, str]:
     """Every figure: file name -> SVG text."""
     s = running_example()
     out = {"pipeline.svg": pipeline(s).render(), "lookup.svg": soft_lookup(lookup()).render(),
+           "qkv.svg": qkv(projections()).render(),
            "multi_head.svg": multi_head(s).render(),
            "transformer_block.svg": block(s).render(),
            "tiling.svg": tiling(online_softmax()).render(),
