@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
 from mha_lib.exercises.verdict import (
+    Mistake,
     Verdict,
     attempt,
     catalogue,
@@ -40,8 +43,28 @@ def _inputs() -> list[tuple[torch.Tensor, int]]:
     return cases
 
 
+_SIZES = re.compile(r"shape '\[([-\d, ]+)\]' is invalid")
+
+
+def _hard_coded(mistake: Mistake) -> Callable[[BaseException, object],
+                                               Mistake | None]:
+    """Name the shape a solution wrote in numbers, when PyTorch refuses it
+    for an input of another size."""
+    def explain(error: BaseException, record: object) -> Mistake | None:
+        found = _SIZES.search(str(error))
+        if found is None:
+            return None
+        return replace(mistake, hint=f"A size in the shape "
+                                     f"({found.group(1)}) is written as a "
+                                     f"number: {mistake.hint}")
+    return explain
+
+
 SPLIT = catalogue(
     "check_split_heads", 5,
+    hard_coded=("it fits the running example only; read B, L and "
+                "d_model from x.shape and compute D = d_model // "
+                "num_heads, since the checker tries other sizes", _COLUMNS),
     plain_view=("that is x.view(B, H, L, D): the right shape, but each "
                 "head mixes tokens; view as (B, L, H, D), then swap L and "
                 "H", _WRONG_WAY),
@@ -79,7 +102,8 @@ def check_split_heads(
         batch, length, d_model = x.shape
         head_dim = d_model // num_heads
         call = attempt(fn, x, num_heads,
-                       shown=f"x {tuple(x.shape)}, num_heads={num_heads}")
+                       shown=f"x {tuple(x.shape)}, num_heads={num_heads}",
+                       explain=_hard_coded(SPLIT["hard_coded"]))
         if call.verdict is not None:
             return call.verdict
         problem = check_tensor(
@@ -118,13 +142,15 @@ MERGE = catalogue(
     dimension_major=("the features come out dimension by dimension, the "
                      "heads interleaved: permute to (B, L, H, D), not "
                      "(B, L, D, H)", _BACK),
+    hard_coded=("it fits the running example only; read B, H, L and D "
+                "from x.shape, since the checker tries other sizes", _BACK),
 )
 
 
 def _explain_merge(error: BaseException, record) -> object:
     if "view size is not compatible" in str(error):
         return MERGE["view_not_contiguous"]
-    return None
+    return _hard_coded(MERGE["hard_coded"])(error, record)
 
 
 def check_merge_heads(
@@ -170,6 +196,9 @@ COLUMNS = catalogue(
                   "head h is x[..., h*D:(h+1)*D]", _COLUMNS),
     reshaped=("the exercise slices columns, without view, reshape or "
               "permute", _COLUMNS),
+    hard_coded=("the block width is written as a number: D = d_model // "
+                "num_heads, 2 only in the running example; the checker "
+                "tries other sizes", _COLUMNS),
     wrong_split=("that is head h of x.view(B, H, L, D), the wrong split: "
                  "its rows cut across tokens; head h is the block of D "
                  "columns h*D .. (h+1)*D - 1 of every token", _WRONG_WAY),
@@ -207,6 +236,8 @@ def check_head_columns(
                      x[..., h * num_heads:(h + 1) * num_heads]),
                     (COLUMNS["one_too_many"],
                      x[..., h * head_dim:(h + 1) * head_dim + 1]),
+                    *[(COLUMNS["hard_coded"], x[..., h * w:(h + 1) * w])
+                      for w in (2,) if w != head_dim],
                 ])
             if problem is not None:
                 return problem
