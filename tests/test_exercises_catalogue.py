@@ -1560,3 +1560,46 @@ def test_merge_without_permute_or_transpose_is_not_said_to_use_transpose():
     assert "transpose" not in unbound.message
     chapter = _check("check_merge_heads", (merge_heads,))
     assert chapter and "transpose(1, 2)" in chapter.message
+
+
+# --- round 4: chapter 3 ---
+
+def _few_positions_shift():  # fitted on 6 positions only: not unique
+    pe = sinusoidal_encoding(9, 8)
+    return torch.linalg.lstsq(pe[:-3], pe[3:]).solution.T
+
+
+ROUND4_SHIFT = {
+    "not_inverted": lambda: (shift(two=-2),),
+    "integer_division": lambda: (shift(two=0),),
+    "other_width": lambda: (shift(two=2 * 8 / 64),),
+    "fitted_few": lambda: (_few_positions_shift(),),
+}
+WRONG["check_shift_matrix"].update(ROUND4_SHIFT)
+
+
+@pytest.mark.parametrize("name", sorted(ROUND4_SHIFT))
+def test_round4_shift_matrix_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_shift_matrix", name)
+
+
+# --- round 4: chapter 5 ---
+
+ROUND4_HEADS = {
+    ("check_split_heads", "hard_coded"):
+        lambda: (lambda x, num_heads: x.view(3, 6, 4, 2).transpose(1, 2),),
+    ("check_merge_heads", "hard_coded"):
+        lambda: (lambda x: x.transpose(1, 2).reshape(3, 6, 8),),
+    ("check_head_columns", "hard_coded"):
+        lambda: (lambda x, h, num_heads: x[..., 2 * h:2 * h + 2],),
+}
+for (_checker, _name), _plant in ROUND4_HEADS.items():
+    WRONG[_checker][_name] = _plant
+
+
+@pytest.mark.parametrize("checker, name", sorted(ROUND4_HEADS))
+def test_round4_hard_coded_shapes_get_a_hint(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+    if checker != "check_head_columns":  # the hint names the shape written
+        verdict = _check(checker, WRONG[checker][name]())
+        assert "(3, 6, 4, 2)" in verdict.message or "(3, 6, 8)" in verdict.message
