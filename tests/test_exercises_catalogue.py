@@ -1603,3 +1603,70 @@ def test_round4_hard_coded_shapes_get_a_hint(checker, name):
     if checker != "check_head_columns":  # the hint names the shape written
         verdict = _check(checker, WRONG[checker][name]())
         assert "(3, 6, 4, 2)" in verdict.message or "(3, 6, 8)" in verdict.message
+
+
+# --- round 4: chapter 10 ---
+
+def split_qkv(qkv, num_heads, pattern="three h d", out="three b h l d"):
+    return rearrange(qkv, f"b l ({pattern}) -> {out}", three=3, h=num_heads)
+
+
+def split_qkv_by_hand(qkv, num_heads):  # reshape + permute: no rearrange
+    batch, length, _ = qkv.shape
+    return qkv.reshape(batch, length, 3, num_heads, -1).permute(2, 0, 3, 1, 4)
+
+
+ROUND4_RIGHT = {
+    "check_split_qkv": [
+        lambda: (split_qkv,),
+        lambda: (lambda t, h: rearrange(t, "b l (s h d) -> s b h l d", s=3, h=h),),
+        lambda: (lambda t, h: tuple(rearrange(t, "b l (three h d) -> three b h l d",
+                                              three=3, h=h)),),
+    ],
+}
+ROUND4_WRONG = {
+    "check_split_qkv": {
+        "inner_heads": lambda: (lambda t, h: split_qkv(t, h, "three d h"),),
+        "per_head": lambda: (lambda t, h: split_qkv(t, h, "h three d"),),
+        "role_inner": lambda: (lambda t, h: split_qkv(t, h, "h d three"),),
+        "head_first": lambda: (lambda t, h: split_qkv(t, h, out="three h b l d"),),
+        "not_moved": lambda: (lambda t, h: split_qkv(t, h, out="three b l h d"),),
+        "plain_reshape": lambda: (lambda t, h: t.reshape(3, t.size(0), h, t.size(1),
+                                                         -1),),
+        "no_rearrange": lambda: (split_qkv_by_hand,),
+    },
+}
+
+
+# --- round 4: chapter 11 ---
+
+def sdpa_unscaled(m, x, mask=None):  # scale=1.0: no 1 / sqrt(D) at all
+    q, k, v = (split_heads(p(x), m.num_heads) for p in (m.q_proj, m.k_proj, m.v_proj))
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
+    return m.out_proj(merge_heads(heads))
+
+
+ROUND4_WRONG["check_sdpa_attention"] = {"unscaled": lambda: (sdpa_unscaled,)}
+
+# --- round 4: registration (the catalogue tests read RIGHT and WRONG) ---
+
+for _checker, _answers in ROUND4_RIGHT.items():
+    RIGHT.setdefault(_checker, []).extend(_answers)
+for _checker, _mistakes in ROUND4_WRONG.items():
+    WRONG.setdefault(_checker, {}).update(_mistakes)
+ROUND4_PLANTED = [(c, n) for c, mistakes in ROUND4_WRONG.items() for n in mistakes]
+ROUND4_ANSWERS = [(c, i) for c, answers in ROUND4_RIGHT.items()
+                  for i in range(len(answers))]
+
+
+@pytest.mark.parametrize("checker, name", ROUND4_PLANTED,
+                         ids=[f"{c}-{n}" for c, n in ROUND4_PLANTED])
+def test_round4_planted_mistake_is_refused_with_its_hint(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+@pytest.mark.parametrize("checker, i", ROUND4_ANSWERS,
+                         ids=[f"{c}-{i}" for c, i in ROUND4_ANSWERS])
+def test_round4_right_answer_is_accepted(checker, i):
+    test_a_right_answer_is_accepted(checker, i + len(RIGHT[checker])
+                                    - len(ROUND4_RIGHT[checker]))

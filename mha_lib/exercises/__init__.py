@@ -68,6 +68,7 @@ from mha_lib.exercises.chapter10 import (
     check_einops_mask,
     check_einsum_num_parameters,
     check_einsum_scores,
+    check_split_qkv,
 )
 from mha_lib.exercises.chapter11 import (
     check_sdpa_attention,
@@ -145,6 +146,7 @@ __all__ = [
     "check_einsum_scores",
     "check_einops_mask",
     "check_einsum_num_parameters",
+    "check_split_qkv",
     "check_to_torch",
     "check_torch_masks",
     "check_sdpa_attention",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import torch
+from einops import rearrange
 
 from mha_lib.exercises.verdict import (
     MATMUL,
@@ -23,6 +25,7 @@ __all__ = [
     "check_einsum_scores",
     "check_einops_mask",
     "check_einsum_num_parameters",
+    "check_split_qkv",
 ]
 
 _SCORES = "`einsum`: the scores"
@@ -276,3 +279,83 @@ def check_einsum_num_parameters(
         fn, cases, _einsum_num_parameters,
         "3 input projections, fc back to d_model, LayerNorm's 2 * d_model",
         mistakes=_wrong_counts)
+
+
+_REARRANGE = "`rearrange`: reshape by naming the axes"
+
+SPLIT_QKV = catalogue(
+    "check_split_qkv", 10,
+    inner_heads=("'(three d h)' makes h the inner (faster) axis: head h "
+                 "gets every H-th feature. Each head owns D neighbouring "
+                 "features, h outer: '(three h d)'", _REARRANGE),
+    per_head=("that reads the features head by head, (h three d), UvA's "
+              "per-head layout; here all the queries come first, then "
+              "all the keys, then all the values: '(three h d)'",
+              "Another fused layout: UvA's per-head `qkv_proj`", 11),
+    role_inner=("'(h d three)' puts q, k and v side by side in every "
+                "feature; the fused projection stacks them one after the "
+                "other, three the outermost: '(three h d)'", _REARRANGE),
+    head_first=("that is the einops example's head-first layout, "
+                "(3, H, B, L, D); chapter 8's is batch first: "
+                "'-> three b h l d'", "The head-first weights"),
+    not_moved=("the heads are split but not moved: the output axes "
+               "are '-> three b h l d', the head axis before the length "
+               "axis", _REARRANGE),
+    plain_reshape=("a reshape straight to (3, B, H, L, D) cuts across "
+                   "tokens and roles: name the axes and let rearrange "
+                   "move them", "The wrong way: `view` straight to "
+                                "`(B, H, L, D)`", 5),
+    no_rearrange=("right values, but the exercise asks for one "
+                  "rearrange (einops) that names the axes", _REARRANGE),
+)
+
+
+def _split(qkv: torch.Tensor, heads: int, pattern: str,
+           out: str = "three b h l d") -> torch.Tensor:
+    """``qkv`` ``(B, L, 3 H D)`` read as ``pattern``, moved to ``out``."""
+    return rearrange(qkv, f"b l ({pattern}) -> {out}", three=3, h=heads)
+
+
+def check_split_qkv(
+    fn: Callable[[torch.Tensor, int], torch.Tensor],
+) -> Verdict:
+    """Exercise 10.4: ``fn(qkv, num_heads)`` splits a fused projection
+    ``(B, L, 3 * H * D)``, queries then keys then values, into
+    ``(3, B, H, L, D)`` with one ``einops.rearrange``."""
+    names = source_names(fn)
+    generator = torch.Generator().manual_seed(104)
+    # the first case keeps every size apart: B 2, L 5, H 3, D 4
+    for batch, length, heads, head_dim in ((2, 5, 3, 4), (3, 6, 4, 2),
+                                           (1, 7, 2, 3)):
+        qkv = torch.randn(batch, length, 3 * heads * head_dim,
+                          generator=generator)
+        call = attempt(fn, qkv.clone(), heads)
+        if call.verdict is not None:
+            return call.verdict
+        given = call.value
+        if isinstance(given, (tuple, list)) and len(given) == 3 \
+                and all(isinstance(t, torch.Tensor) for t in given) \
+                and len({t.shape for t in given}) == 1:
+            given = torch.stack(list(given))  # q, k, v as a tuple: fine
+        split = partial(_split, qkv, heads)
+        right = split("three h d")
+        problem = check_tensor(
+            call.label, given, right, axes="(3, B, H, L, D)", mistakes=[
+                (SPLIT_QKV["inner_heads"], split("three d h")),
+                (SPLIT_QKV["per_head"], split("h three d")),
+                (SPLIT_QKV["role_inner"], split("h d three")),
+                (SPLIT_QKV["role_inner"], split("d h three")),
+                (SPLIT_QKV["head_first"],
+                 split("three h d", "three h b l d")),
+                (SPLIT_QKV["not_moved"],
+                 split("three h d", "three b l h d")),
+                (SPLIT_QKV["plain_reshape"],
+                 qkv.reshape(3, batch, heads, length, head_dim)),
+            ])
+        if problem is not None:
+            return problem
+    if names and "rearrange" not in names:
+        return SPLIT_QKV["no_rearrange"].verdict(call.label)
+    return Verdict(
+        True, "'b l (three h d) -> three b h l d': three and h outer, "
+              "d inner; the heads moved before l")

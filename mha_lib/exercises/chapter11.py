@@ -312,6 +312,10 @@ SDPA = catalogue(
                "Assembling the module", 8),
     no_out_bias=("out_proj's bias is missing: call m.out_proj(...), or "
                  "add m.out_proj.bias", "The output projection", 8),
+    unscaled=("the scores are not scaled: scale=1.0 turns off the "
+              "kernel's 1 / sqrt(D), D = head_dim, and the softmax gets "
+              "scores sqrt(D) times too large: leave scale=None",
+              "Why divide by $\\sqrt{d_k}$", 6),
     scaled_by_d_model=("the scores are scaled by 1 / sqrt(d_model); each "
                        "head's are scaled by 1 / sqrt(D), D = head_dim, "
                        "the kernel's default: leave scale=None",
@@ -355,7 +359,7 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
         no_bias = how in ("no_biases", "no_biases_at_all")
         return F.linear(x, p.weight, None if no_bias else p.bias)
 
-    scale = {"scaled_by_d_model": x.size(-1) ** -0.5,
+    scale = {"unscaled": 1.0, "scaled_by_d_model": x.size(-1) ** -0.5,
              "scaled_by_length": x.size(1) ** -0.5}.get(how)
     with torch.no_grad():
         q, k, v = (split_heads(project(p), m.num_heads)
@@ -432,6 +436,7 @@ def check_sdpa_attention(
                      (SDPA["no_biases"], "no_biases"),
                      (SDPA["no_biases"], "no_biases_at_all"),
                      (SDPA["no_out_bias"], "no_out_bias"),
+                     (SDPA["unscaled"], "unscaled"),
                      (SDPA["scaled_by_d_model"], "scaled_by_d_model"),
                      (SDPA["scaled_by_length"], "scaled_by_length"),
                      (SDPA["no_transpose"], "no_transpose"),
