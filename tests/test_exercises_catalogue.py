@@ -1670,3 +1670,26 @@ def test_round4_planted_mistake_is_refused_with_its_hint(checker, name):
 def test_round4_right_answer_is_accepted(checker, i):
     test_a_right_answer_is_accepted(checker, i + len(RIGHT[checker])
                                     - len(ROUND4_RIGHT[checker]))
+
+# --- round 4: chapter 13 ---
+WRONG["check_score_flops"].update({
+    "projections": lambda: (lambda b, length, d, h: 2 * b * length * d * d,),
+    "projections/qkv": lambda: (lambda b, length, d, h: 6 * b * length * d * d,),
+    "with_projections": lambda: (
+        lambda b, length, d, h: 2 * b * length ** 2 * d + 4 * b * length * d * d,),
+    "with_projections/qkv": lambda: (
+        lambda b, length, d, h: 2 * b * length ** 2 * d + 6 * b * length * d * d,),
+})
+
+
+@pytest.mark.parametrize("name", ["projections", "projections/qkv", "with_projections",
+                                  "with_projections/qkv", "heads_times_d_model"])
+def test_score_flops_names_the_projection_mistakes(name):
+    # 6 B L d^2 equals 2 B H L^2 d at the running example's sizes: the
+    # checker must name neither there, and the right one at the next size.
+    test_the_planted_mistake_is_refused_with_its_hint("check_score_flops", name)
+
+
+def test_score_flops_reports_the_first_size_when_no_mistake_fits():
+    verdict = _check("check_score_flops", (lambda b, length, d, h: 7,))
+    assert not verdict and "fn(3, 6, 8, 4)" in verdict.message

@@ -44,6 +44,13 @@ FLOPS = catalogue(
                       "of head_dim multiply-adds", _WORK),
     one_head=("that is one head's Q K^T; each of the H heads computes "
               "its own: B * H * 2 * L^2 * head_dim", _WORK),
+    projections=("that is the cost of projections (x W^T: 2 * B * L * "
+                 "d_model^2 each, linear in L), not of Q K^T: Q and K are "
+                 "given, and the score matrix is L x L dot products of "
+                 "head_dim multiply-adds per head", _WORK),
+    with_projections=("count Q K^T alone: Q and K are given; computing them "
+                      "from x (2 * B * L * d_model^2 each) is the table's "
+                      "'projections' row, not the scores", _WORK),
 )
 
 
@@ -63,20 +70,37 @@ def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
     """Exercise 13.1: ``fn(batch, length, d_model, num_heads)`` returns the
     FLOPs of the score matrix ``Q K^T`` of self-attention (a multiply-add
     counts as 2 FLOPs)."""
+    first = None  # the first wrong number, if no catalogued mistake fits
     for batch, length, d_model, num_heads in _CONFIGS:
         call = attempt(fn, batch, length, d_model, num_heads)
         if call.verdict is not None:
             return call.verdict
         expected = _score_flops(batch, length, d_model, num_heads)
-        problem = check_number(call.label, call.value, expected, mistakes=[
+        projection = 2 * batch * length * d_model**2  # one x W^T
+        mistakes = [
             (FLOPS["multiply_add_once"], expected // 2),
             (FLOPS["both_products"], 2 * expected),
             (FLOPS["heads_times_d_model"], expected * num_heads),
             (FLOPS["linear_in_length"], expected // length),
             (FLOPS["one_head"], expected // num_heads),
-        ])
-        if problem is not None:
-            return problem
+            (FLOPS["projections"], projection),  # Q's alone
+            (FLOPS["projections"], 2 * projection),  # Q's and K's
+            (FLOPS["projections"], 3 * projection),  # Q's, K's and V's
+            (FLOPS["with_projections"], expected + 2 * projection),
+            (FLOPS["with_projections"], expected + 3 * projection),
+        ]
+        # A number two mistakes share at these sizes names neither.
+        values = [wrong for _, wrong in mistakes]
+        mistakes = [(m, w) for m, w in mistakes if values.count(w) == 1]
+        problem = check_number(call.label, call.value, expected,
+                               mistakes=mistakes)
+        if problem is not None and any(m.message in problem.message
+                                       for m, _ in mistakes):
+            return problem  # a catalogued mistake: its own hint
+        if first is None:
+            first = problem
+    if first is not None:
+        return first
     return Verdict(
         True, "Q K^T costs 2 * B * L^2 * d_model FLOPs: quadratic in L, "
               "independent of the number of heads")
