@@ -48,25 +48,14 @@ help:
 
 # --- set-up -----------------------------------------------------------------------
 # Create the venv if missing, (re)install when requirements.txt or pyproject.toml change.
-# --no-compile: Python compiles what it imports on first use; compiling all of torch,
-# jupyterlab and the rest ahead took about a third of the install.
-# On Linux, torch comes first from PyTorch's CPU-only index: PyPI's Linux torch is the CUDA
-# build (about 2.7 GB more to download). The index is tried once with a 5 s timeout and no
-# retries; where it cannot be reached, torch comes from the configured indexes like the rest.
-TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+# tests/install_venv.py: on Linux torch first, from PyTorch's CPU-only index (PyPI's Linux
+# torch is the CUDA build, about 2.7 GB more), after one 5 s probe, with no retries against
+# it; then requirements.txt. It installs with uv where uv can be had (parallel downloads,
+# with pip's configured indexes passed on), with pip otherwise. Nothing is compiled ahead:
+# Python compiles what it imports on first use, into .venv/pycache (above).
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	@if [ "$$(uname -s)" = Linux ] && ! $(PY) -c "import torch" 2>/dev/null; then \
-	  if $(PY) -c "import urllib.request as r; r.urlopen('$(TORCH_CPU_INDEX)/torch/', \
-	       timeout=5)" >/dev/null 2>&1; then \
-	    echo "torch: the CPU-only build from $(TORCH_CPU_INDEX)"; \
-	    $(PY) -m pip install --no-compile --timeout 30 --retries 1 \
-	      --index-url $(TORCH_CPU_INDEX) "$$(grep '^torch==' requirements.txt)"; \
-	  else \
-	    echo "torch: $(TORCH_CPU_INDEX) cannot be reached; torch comes from the configured indexes"; \
-	  fi; \
-	fi
-	$(PY) -m pip install --no-compile -r requirements.txt
+	$(PY) tests/install_venv.py
 	touch $@
 
 setup: $(STAMP)

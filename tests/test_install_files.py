@@ -58,11 +58,57 @@ def test_the_maintainers_install_takes_the_cpu_torch_on_linux_without_retries() 
     falls back to the configured indexes, never retrying the CPU index."""
     makefile = (REPO / "Makefile").read_text()
     recipe = makefile[makefile.index("$(STAMP): requirements.txt"):makefile.index("setup:")]
-    assert '[ "$$(uname -s)" = Linux ]' in recipe
-    assert "urlopen('$(TORCH_CPU_INDEX)/torch/'" in recipe and "timeout=5" in recipe
-    assert "--index-url $(TORCH_CPU_INDEX)" in recipe
-    assert "--extra-index-url" not in recipe
-    assert "TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu" in makefile
+    assert "$(PY) tests/install_venv.py" in recipe
+    script = (REPO / "tests" / "install_venv.py").read_text()
+    assert 'platform.system() == "Linux"' in script
+    assert 'TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"' in script
+    assert 'urlopen(f"{TORCH_CPU_INDEX}/torch/", timeout=5)' in script
+    assert '"--retries", "1"' in script and '"--index-url", TORCH_CPU_INDEX' in script
+    assert "--extra-index-url" not in re.sub(r"LIST_OPTIONS = \{[^}]*\}", "", script)
+
+
+PIP_CONFIG = """\
+global.cert='/etc/ssl/certs/ca-certificates.crt'
+global.constraint='/etc/xdg/pip/constraints.txt'
+global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple'
+global.find-links='/opt/wheels'
+global.timeout='60'
+install.find-links='/srv/wheels'
+:env:.default-timeout='180'
+:env:.disable-pip-version-check='1'
+:env:.find-links='/opt/wheels /more/wheels'
+"""
+
+
+def test_uv_gets_the_indexes_pip_is_configured_with(monkeypatch) -> None:
+    """uv reads no pip configuration: the installer passes on what pip would use (a PIP_*
+    variable over [install] over [global]), and picks across indexes as pip does."""
+    from tests import install_venv
+
+    settings = install_venv.pip_settings(PIP_CONFIG)
+    assert settings["find-links"] == "/opt/wheels /more/wheels"  # the variable wins
+    assert settings["timeout"] == "60" and settings["default-timeout"] == "180"
+    for variable in ("SSL_CERT_FILE", "UV_HTTP_TIMEOUT", "HTTPS_PROXY"):
+        monkeypatch.delenv(variable, raising=False)
+    args, env = install_venv.uv_options(settings)
+    assert args == [
+        "--index-strategy", "unsafe-best-match",
+        "--extra-index-url", "file:///opt/pypi/simple",
+        "--extra-index-url", "file:///opt/pypi-more/simple",
+        "--find-links", "/opt/wheels", "--find-links", "/more/wheels",
+        "--constraint", "/etc/xdg/pip/constraints.txt"]
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+                   "UV_HTTP_TIMEOUT": "180"}
+    assert install_venv.uv_options({"index-url": "https://mirror/simple", "no-index": "1"})[
+        0][2:] == ["--index-url", "https://mirror/simple", "--no-index"]
+
+
+def test_pip_installs_where_uv_cannot_be_had(monkeypatch, capsys) -> None:
+    from tests import install_venv
+
+    monkeypatch.setattr(install_venv, "PIP", [sys.executable, "-c", "raise SystemExit(1)"])
+    assert install_venv.uv_installer() is None
+    assert "pip installs everything" in capsys.readouterr().out
 
 
 def test_binder_installs_the_light_set_with_cpu_torch() -> None:
