@@ -48,9 +48,9 @@ FLOPS = catalogue(
                  "d_model^2 each, linear in L), not of Q K^T: Q and K are "
                  "given, and the score matrix is L x L dot products of "
                  "head_dim multiply-adds per head", _WORK),
-    with_projections=("count Q K^T alone: Q and K are given; computing them "
-                      "from x (2 * B * L * d_model^2 each) is the table's "
-                      "'projections' row, not the scores", _WORK),
+    with_projections=("count Q K^T alone: Q and K are given; computing "
+                      "them from x (2 * B * L * d_model^2 each) is the "
+                      "table's 'projections' row, not the scores", _WORK),
 )
 
 
