@@ -1693,3 +1693,58 @@ def test_score_flops_names_the_projection_mistakes(name):
 def test_score_flops_reports_the_first_size_when_no_mistake_fits():
     verdict = _check("check_score_flops", (lambda b, length, d, h: 7,))
     assert not verdict and "fn(3, 6, 8, 4)" in verdict.message
+
+# --- round 4: chapter 1 ---
+# `.split()` swallows runs of spaces; a stale third BPE merge ("b", "ug").
+ROUND4_CHAPTER1 = {
+    "check_tokenizer": {
+        "whitespace_split": lambda: (lambda t: [
+            w.lower() for w in re.sub(r"[!.?,]", "", t).split()],),
+    },
+    "check_bpe_merges": {
+        "stale_pair": lambda: ([("u", "g"), ("ug", "</w>"), ("b", "ug")],),
+        "stale_pair/repeated": lambda: ([("u", "g"), ("u", "g"), ("b", "ug</w>")],),
+    },
+}
+for _checker, _planted in ROUND4_CHAPTER1.items():
+    WRONG[_checker].update(_planted)
+
+
+@pytest.mark.parametrize("checker, name", [
+    (c, n) for c, p in ROUND4_CHAPTER1.items() for n in p])
+def test_round4_chapter1_mistake_is_refused_with_its_hint(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def test_round4_stale_merge_names_the_pair_and_the_merge_before():
+    verdict = _check("check_bpe_merges", ROUND4_CHAPTER1["check_bpe_merges"]["stale_pair"]())
+    assert "merges[2] = ('b', 'ug')" in verdict.message
+    assert '("b", "ug</w>")' in verdict.message
+
+
+# --- round 4: chapter 2 ---
+# a flattened output (Exercises 2.1 and 2.2); a vocabulary rounded to 50,000.
+ROUND4_CHAPTER2 = {
+    "check_onehot_embedding": {
+        "flattened": lambda: (lambda ids, w: F.one_hot(
+            ids.flatten(), w.size(0)).float() @ w,),
+        "flattened/result": lambda: (lambda ids, w: (F.one_hot(
+            ids, w.size(0)).float() @ w).reshape(-1, w.size(1)),),
+    },
+    "check_padding_embedding": {
+        "flattened": lambda: (lambda e: (e, e(encode(
+            [*SENTENCES, "What is next?"], STOI, pad_id=0)[0]).view(-1, 8)))(
+            nn.Embedding(len(STOI), 8, padding_idx=0)),
+    },
+    "check_embedding_parameters": {
+        "rounded_vocab": lambda: (50_000 * 768,),
+    },
+}
+for _checker, _planted in ROUND4_CHAPTER2.items():
+    WRONG[_checker].update(_planted)
+
+
+@pytest.mark.parametrize("checker, name", [
+    (c, n) for c, p in ROUND4_CHAPTER2.items() for n in p])
+def test_round4_chapter2_mistake_is_refused_with_its_hint(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

@@ -279,6 +279,109 @@ def pipeline(s: Shapes) -> Svg:
     return svg
 
 
+# --- (a2) the heads side by side, for the introduction -------------------------------------
+
+HEAD_COLORS = [("#dbeafe", "#1d4ed8"), ("#fde68a", "#b45309"), ("#dcfce7", "#15803d"),
+               ("#f3e8ff", "#7e22ce")]
+
+
+def _grid(svg: Svg, x: float, y: float, rows: int, cols: int, cell: float,
+          fills: list[tuple[str, str]]) -> None:
+    """A rows x cols matrix of cells; column j is drawn in ``fills[j]`` (fill, edge)."""
+    for j in range(cols):
+        fill, edge = fills[j]
+        for r in range(rows):
+            svg.rect(x + j * cell, y + r * cell, cell, cell, fill=fill, stroke=edge,
+                     rx=0, width=0.6)
+    svg.rect(x, y, cols * cell, rows * cell, fill="none", stroke=INK, rx=0, width=1.2)
+
+
+def heads_side_by_side(s: Shapes) -> Svg:
+    """H heads, each attending on its own d_k columns; concatenated; mixed by W^O."""
+    h, d, n, dm = s.heads, s.head_dim, s.length, s.d_model
+    if h > len(HEAD_COLORS) or h * d != dm:
+        raise ValueError("the figure draws at most 4 heads that tile d_model")
+    desc = (
+        f"Multi-head attention on one sentence of L = {n} tokens of d_model = {dm} "
+        f"features, drawn as matrices. The input X ({n} x {dm}) goes to {h} heads side by "
+        f"side. Head i projects X to its own Q_i, K_i and V_i, each {n} x {d} "
+        f"(d_k = {d}), computes its own attention weights A_i = softmax(Q_i K_i^T / "
+        f"sqrt(d_k)), {n} x {n}, and outputs head_i = A_i V_i, {n} x {d}. The {h} outputs "
+        f"are concatenated side by side into a {n} x {dm} matrix, head i in columns "
+        f"{d}i to {d}i+{d - 1}, and multiplied by W^O ({dm} x {dm}), which mixes the "
+        f"heads: every column of the {n} x {dm} output draws on all {h} heads.")
+    svg = Svg(645, f"{h} attention heads side by side, concatenated, then mixed by W^O",
+              desc)
+    gray = [(BOX, BOX_EDGE)] * dm
+    cx, c = WIDTH / 2, 9
+    # the input
+    svg.text(cx, 22, f"X: one sentence, L \u00d7 d_model = {n} \u00d7 {dm}", size=14,
+             weight="bold")
+    _grid(svg, cx - dm * c / 2, 32, n, dm, c, gray)
+    top = 32 + n * c
+    col_w = 172
+    gap = (WIDTH - h * col_w) / (h + 1)
+    for i in range(h):
+        fill, edge = HEAD_COLORS[i]
+        x = gap + i * (col_w + gap)
+        mid = x + col_w / 2
+        svg.line(cx + (i - (h - 1) / 2) * 14, top + 4, mid, 108, stroke=edge)
+        svg.rect(x, 112, col_w, 318, fill="#ffffff", stroke=edge, width=1.4)
+        svg.text(mid, 132, f"head {i}", size=15, weight="bold", fill=edge)
+        svg.text(mid, 150, f"XW_{{{i}}}^{{Q}},  XW_{{{i}}}^{{K}},  XW_{{{i}}}^{{V}}",
+                 size=13)
+        for k, name in enumerate("QKV"):
+            gx = mid - 48 + k * 36
+            _grid(svg, gx, 160, n, d, c, [(fill, edge)] * d)
+            svg.text(gx + d * c / 2, 160 + n * c + 16, f"{name}_{{{i}}}", size=13)
+        svg.text(mid, 250, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221ad_{{k}})", size=12.5)
+        ay = 262
+        _grid(svg, mid - n * c / 2 - 30, ay, n, n, c, [(fill, edge)] * n)
+        svg.text(mid - 30 + n * c / 2 + 8, ay + 22, f"A_{{{i}}}", size=14, anchor="start",
+                 weight="bold")
+        svg.text(mid - 30 + n * c / 2 + 8, ay + 40, f"{n} \u00d7 {n}", size=13,
+                 anchor="start", fill=MUTED)
+        svg.line(mid, ay + n * c + 4, mid, ay + n * c + 26, stroke=edge)
+        svg.text(mid + 6, ay + n * c + 20, f"A_{{{i}}}V_{{{i}}}", size=13, anchor="start")
+        oy = ay + n * c + 30
+        _grid(svg, mid - d * c / 2 - 30, oy, n, d, c, [(fill, edge)] * d)
+        svg.text(mid - 30 + d * c / 2 + 8, oy + 22, f"head_{{{i}}}", size=14,
+                 anchor="start", weight="bold")
+        svg.text(mid - 30 + d * c / 2 + 8, oy + 40, f"{n} \u00d7 {d}", size=13,
+                 anchor="start", fill=MUTED)
+    # concatenation, W^O, output: one matrix product on the bottom row
+    c2, by = 12, 512
+    cat_fills = [HEAD_COLORS[j // d] for j in range(dm)]
+    cat_x = 90
+    svg.rect(gap, 446, WIDTH - 2 * gap, 28, fill=BOX)
+    svg.text(cx, 465, f"concatenate side by side: head i fills columns {d}i to "
+             f"{d}i + {d - 1}", size=14)
+    for i in range(h):
+        x = gap + i * (col_w + gap) + col_w / 2
+        svg.line(x, 430, x, 444, stroke=HEAD_COLORS[i][1])
+    svg.line(cat_x + dm * c2 / 2, 474, cat_x + dm * c2 / 2, by - 4)
+    _grid(svg, cat_x, by, n, dm, c2, cat_fills)
+    svg.text(cat_x + dm * c2 / 2, by + n * c2 + 18, "Concat(head_{0}, \u2026, "
+             f"head_{{{h - 1}}})", size=13, weight="bold")
+    svg.text(cat_x + dm * c2 / 2, by + n * c2 + 36, f"{n} \u00d7 {dm}", size=13, fill=MUTED)
+    wx = cat_x + dm * c2 + 60
+    svg.text(wx - 30, by + n * c2 / 2 + 6, "\u00d7", size=22)
+    _grid(svg, wx, by - (dm - n) * c2 / 2, dm, dm, c2, [(GREEN, GREEN_EDGE)] * dm)
+    svg.text(wx + dm * c2 / 2, by + n * c2 + 18 + (dm - n) * c2 / 2, "W^{O}", size=14,
+             weight="bold")
+    svg.text(wx + dm * c2 / 2, by + n * c2 + 36 + (dm - n) * c2 / 2,
+             f"{dm} \u00d7 {dm}", size=13, fill=MUTED)
+    ox = wx + dm * c2 + 60
+    svg.text(ox - 30, by + n * c2 / 2 + 6, "=", size=22)
+    _grid(svg, ox, by, n, dm, c2, gray)
+    svg.text(ox + dm * c2 + 14, by + 22, "output", size=14, weight="bold", anchor="start")
+    svg.text(ox + dm * c2 + 14, by + 40, f"{n} \u00d7 {dm}: each column", size=13,
+             anchor="start", fill=MUTED)
+    svg.text(ox + dm * c2 + 14, by + 58, "mixes all heads", size=13, anchor="start",
+             fill=MUTED)
+    return svg
+
+
 @dataclass(frozen=True)
 class Lookup:
     """One query scored against three keys, as the introduction's soft lookup."""
@@ -1657,6 +1760,7 @@ def figures() -> dict[str, str]:
     s = running_example()
     out = {"pipeline.svg": pipeline(s).render(), "lookup.svg": soft_lookup(lookup()).render(),
            "qkv.svg": qkv(projections()).render(),
+           "heads.svg": heads_side_by_side(s).render(),
            "multi_head.svg": multi_head(s).render(),
            "transformer_block.svg": block(s).render(),
            "tiling.svg": tiling(online_softmax()).render(),

@@ -46,6 +46,11 @@ TOKENIZER = catalogue(
                  "Tokenization"),
     not_lowercase=("the tokens should be lowercase, as tokenize makes "
                    "them", "Tokenization"),
+    whitespace_split=("split() without an argument also swallows runs of "
+                      "spaces (\"two  spaces\" gives no empty token ''): "
+                      "tokenize splits on every single space, so split on "
+                      "\" \", or call tokenize after deleting the commas",
+                      "Tokenization"),
     too_much_removed=("other characters went too (an apostrophe or a "
                       "hyphen): only commas go, besides the ! . ? that "
                       "tokenize drops", "Tokenization"),
@@ -58,7 +63,8 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
     for text in [*SENTENCES, "Well, well, well.", "no punctuation here",
                  "Don't stop, said the well-known cat.",
                  "Dr. Who? It costs 3.5 euros!",
-                 "It costs 1,000 euros, or 1,500."]:
+                 "It costs 1,000 euros, or 1,500.",
+                 "Two  spaces, then one."]:
         call = attempt(fn, text, shown=repr(text))
         if call.verdict is not None:
             return call.verdict
@@ -70,6 +76,8 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
             return Verdict(False, f"{call.label} should be a list of "
                                   f"str, got {type(given).__name__}")
         wrong = (
+            (TOKENIZER["whitespace_split"],
+             "" in want and given == [t for t in want if t]),
             (TOKENIZER["inner_period"],
              any("." in t.strip(".") for t in given)),
             (TOKENIZER["comma_kept"],
@@ -248,6 +256,26 @@ def _bpe(word_counts: dict[str, int], num_merges: int, end: bool = True,
     return merges
 
 
+def _pairs_after(word_counts: dict[str, int],
+                 merges: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The adjacent pairs of the words once ``merges`` are applied."""
+    words = [(*w, "</w>") for w in word_counts]
+    for best in merges:
+        merged = []
+        for symbols in words:
+            out, i = [], 0
+            while i < len(symbols):
+                if tuple(symbols[i:i + 2]) == best:
+                    out.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            merged.append(tuple(out))
+        words = merged
+    return {pair for s in words for pair in zip(s, s[1:], strict=False)}
+
+
 SECTION = "Unknown words: subword tokenizers"
 BPE = catalogue(
     "check_bpe_merges", 1,
@@ -262,6 +290,11 @@ BPE = catalogue(
     not_recounted=("these are the most frequent pairs of the first count; "
                    "after each merge the words change, so count the pairs "
                    "again, the new symbol included", SECTION),
+    stale_pair=("that pair is no longer in the words: each merge rewrites "
+                "the words before the next count (after (\"ug\", "
+                "\"</w>\") the word bug is b + ug</w>, so the pair is "
+                "(\"b\", \"ug</w>\")); count the pairs of the words as "
+                "the merges before left them", SECTION),
     wrong_order=("the right merges in the wrong order: the most frequent "
                  "pair is merged first", SECTION),
 )
@@ -301,6 +334,10 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
     pairs = zip(merges, want, strict=False)
     first = next((i for i, (a, b) in enumerate(pairs) if a != b),
                  min(len(merges), len(want)))
+    if first < len(merges) and merges[first] not in _pairs_after(
+            BPE_CORPUS, want[:first]):
+        return BPE["stale_pair"].verdict(f"merges[{first}] = "
+                                         f"{merges[first]}")
     return Verdict(False, f"merges[{first}] is not the most frequent "
                           f"pair after the merges before it: count the "
                           f"pairs again, weighted by the word counts")

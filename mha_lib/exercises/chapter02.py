@@ -47,11 +47,25 @@ ONEHOT = catalogue(
                      "vector has one entry per row of the table, per "
                      "token: num_classes=weight.size(0)",
                      "An embedding is a lookup"),
+    flattened=("the numbers are right but the axes of ids are gone: the "
+               "result should have shape ids.shape + (d_model,); F.one_hot "
+               "keeps the axes of ids and adds one, so do not flatten ids "
+               "(or view the result back to (*ids.shape, d_model))",
+               "An embedding is a lookup"),
     transposed=("weight is already (V, d_model), one row per token: "
                 "multiply by weight, not weight.T (nn.Linear stores its "
                 "matrix transposed; nn.Embedding does not)",
                 "An embedding is a lookup"),
 )
+
+
+def _flattened(given: object, expected: torch.Tensor) -> bool:
+    """The right numbers in another shape (ids flattened, or the result)."""
+    if (not isinstance(given, torch.Tensor) or given.shape == expected.shape
+            or given.numel() != expected.numel()):
+        return False
+    reshaped = given.detach().reshape(expected.shape).float()
+    return torch.allclose(reshaped, expected.detach().float(), atol=1e-5)
 
 
 def _one_hot_without_classes(record) -> bool:
@@ -115,6 +129,8 @@ def check_onehot_embedding(
         if _one_hot_without_classes(call.record):
             return ONEHOT["no_num_classes"].verdict(call.label)
         expected = F.embedding(ids, weight)
+        if _flattened(call.value, expected):
+            return ONEHOT["flattened"].verdict(call.label)
         problem = check_tensor(call.label, call.value, expected,
                                axes="(..., d_model)")
         if problem is not None:
@@ -148,6 +164,10 @@ PADDING = catalogue(
     three_sentences=("vectors should embed the padded batch of four: the "
                      "three sentences and \"What is next?\"",
                      "A zero vector for `\"<pad>\"`: `padding_idx`"),
+    flattened=("vectors has the right numbers but lost the (B, L) axes "
+               "of the batch: embedding(ids) on the (4, 6) ids gives "
+               "(4, 6, 8) directly, with no flatten or view",
+               "A zero vector for `\"<pad>\"`: `padding_idx`"),
     other_table=("vectors were not made by this embedding: pass the "
                  "padded ids through the same module",
                  "A zero vector for `\"<pad>\"`: `padding_idx`"),
@@ -188,6 +208,8 @@ def check_padding_embedding(
         three = embedding(ids[:3])
     if isinstance(vectors, torch.Tensor) and vectors.shape == three.shape:
         return PADDING["three_sentences"].verdict("vectors")
+    if _flattened(vectors, expected):
+        return PADDING["flattened"].verdict("vectors")
     problem = check_tensor("vectors", vectors, expected,
                            axes="(B, L, d_model)")
     if problem is not None and isinstance(vectors, torch.Tensor) \
@@ -210,6 +232,10 @@ PARAMETERS = catalogue(
     whole_model=("that is all of GPT-2 small, 124,412,160 parameters; "
                  "the question is its token embedding table alone",
                  "The embedding table"),
+    rounded_vocab=("that is a vocabulary of 50,000 tokens; GPT-2's has "
+                   "exactly 50,257 (256 bytes, 50,000 merges and one "
+                   "end-of-text token), one row each",
+                   "The embedding table"),
     with_positions=("that adds GPT-2's table of 1,024 learned positions "
                     "(1,024 x 768); the question is the token table alone",
                     "The embedding table"),
@@ -229,6 +255,7 @@ def check_embedding_parameters(n: int) -> Verdict:
         (PARAMETERS["tied_twice"], 2 * expected),
         (PARAMETERS["whole_model"], 124_412_160),
         (PARAMETERS["with_positions"], expected + 1024 * 768),
+        (PARAMETERS["rounded_vocab"], 50_000 * 768),
     ])
     if problem is not None:
         return problem
