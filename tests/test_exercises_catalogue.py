@@ -1126,7 +1126,6 @@ WRONG = {
         "reversed": lambda: (lambda hs: torch.cat(hs[::-1], dim=-1),),
         "no_transpose": lambda: (lambda hs: torch.stack(hs, dim=1).reshape(
             hs[0].shape[0], hs[0].shape[1], -1),),
-        "no_cat": lambda: (lambda hs: torch.stack(hs, dim=-2).flatten(-2),),
         "view": lambda: (lambda hs: torch.stack(hs, dim=1).transpose(1, 2).view(
             hs[0].shape[0], hs[0].shape[1], -1),),
     },
@@ -1748,3 +1747,35 @@ for _checker, _planted in ROUND4_CHAPTER2.items():
     (c, n) for c, p in ROUND4_CHAPTER2.items() for n in p])
 def test_round4_chapter2_mistake_is_refused_with_its_hint(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- round 4: chapter 8 ---
+_CONCAT_RIGHT = {
+    "cat/-1": lambda hs: torch.cat(hs, dim=-1),
+    "stack/-2/flatten": lambda hs: torch.stack(hs, dim=-2).flatten(-2),
+    "stack/2/reshape": lambda hs: torch.stack(hs, dim=2).reshape(
+        hs[0].shape[0], hs[0].shape[1], -1),
+    "stack/1/merge_heads": lambda hs: merge_heads(torch.stack(hs, dim=1)),
+    "dstack": lambda hs: torch.dstack(hs),
+    "contiguous_view": lambda hs: torch.stack(hs, dim=1).transpose(
+        1, 2).contiguous().view(hs[0].shape[0], hs[0].shape[1], -1),
+}
+
+
+@pytest.mark.parametrize("form", sorted(_CONCAT_RIGHT))
+def test_concat_heads_accepts_every_correct_concatenation(form):
+    verdict = _check("check_concat_heads", (_CONCAT_RIGHT[form],))
+    assert verdict, verdict.message
+
+
+@pytest.mark.parametrize("form, name", [
+    (lambda hs: torch.stack(hs, dim=-1).flatten(-2), "interleaved"),
+    (lambda hs: torch.stack(hs[::-1], dim=-2).flatten(-2), "reversed"),
+    (lambda hs: torch.cat(hs[::-1], dim=-1), "reversed"),
+    (lambda hs: torch.stack(hs, dim=1).reshape(
+        hs[0].shape[0], hs[0].shape[1], -1), "no_transpose"),
+    (lambda hs: torch.cat(hs, dim=1), "wrong_axis"),
+])
+def test_concat_heads_still_refuses_wrong_orders(form, name):
+    verdict = _check("check_concat_heads", (form,))
+    assert not verdict
+    assert CATALOGUE["check_concat_heads"][name].hint in verdict.message
