@@ -1560,3 +1560,18 @@ def test_merge_without_permute_or_transpose_is_not_said_to_use_transpose():
     assert "transpose" not in unbound.message
     chapter = _check("check_merge_heads", (merge_heads,))
     assert chapter and "transpose(1, 2)" in chapter.message
+
+
+# --- round 4: chapter 18 -----------------------------------------------------
+
+WRONG["check_absorbed_query"]["head_zero"] = lambda: (
+    lambda q, w, h: q @ w[:q.size(-1)],)
+
+
+def test_head_zero_block_for_every_head_is_named():
+    verdict = _check("check_absorbed_query",
+                     WRONG["check_absorbed_query"]["head_zero"]())
+    assert not verdict
+    assert CATALOGUE["check_absorbed_query"]["head_zero"].message \
+        in verdict.message
+    assert "w_uk[:D]" in verdict.message
