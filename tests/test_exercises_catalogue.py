@@ -1779,3 +1779,17 @@ def test_concat_heads_still_refuses_wrong_orders(form, name):
     verdict = _check("check_concat_heads", (form,))
     assert not verdict
     assert CATALOGUE["check_concat_heads"][name].hint in verdict.message
+
+# --- round 4: chapter 18 -----------------------------------------------------
+
+WRONG["check_absorbed_query"]["head_zero"] = lambda: (
+    lambda q, w, h: q @ w[:q.size(-1)],)
+
+
+def test_head_zero_block_for_every_head_is_named():
+    verdict = _check("check_absorbed_query",
+                     WRONG["check_absorbed_query"]["head_zero"]())
+    assert not verdict
+    assert CATALOGUE["check_absorbed_query"]["head_zero"].message \
+        in verdict.message
+    assert "w_uk[:D]" in verdict.message

@@ -36,6 +36,10 @@ ABSORB = catalogue(
     scaled=("no scale here: the latent query only moves W_uk[h] to the "
             "query side; the scores are scaled later, by 1/sqrt(D + R), "
             "as in the explicit form", _ABSORBED),
+    head_zero=("every head used head 0's block, w_uk[:D]: head h has its "
+               "own W_uk[h], rows h*D to (h+1)*D - 1 of w_uk; "
+               "w_uk.unflatten(0, (H, D)) stacks them for one batched "
+               "product", _ABSORBED),
 )
 
 
@@ -75,6 +79,7 @@ def check_absorbed_query(
                 (ABSORB["transposed"], partial(torch.matmul, q, blocks.mT)),
                 (ABSORB["scaled"], partial(torch.div, expected,
                                            head_dim ** 0.5)),
+                (ABSORB["head_zero"], partial(torch.matmul, q, blocks[0])),
             ])
         if problem is not None:
             return problem
