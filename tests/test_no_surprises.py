@@ -63,6 +63,11 @@ ALLOWED = {
         "notebook raises; nothing is installed",
     ("tests/test_lone_notebook.py", "shell: git+"):
         "the same advice with a repository (`git+<repository>`)",
+    ("tests/install_venv.py", "import urllib.request"):
+        "make's venv set-up: one 5 s probe of PyTorch's CPU-only index before installing "
+        "torch from it; runs only when .venv is created or stale",
+    ("tests/install_venv.py", "shell: pip install"):
+        "make's venv set-up installs requirements.txt (and uv) into .venv: its purpose",
     ("tests/test_book.py", "name downloads"):
         "the built HTML's 'download .ipynb' buttons (local files under _build)",
 }
