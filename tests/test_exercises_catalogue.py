@@ -1793,3 +1793,45 @@ def test_head_zero_block_for_every_head_is_named():
     assert CATALOGUE["check_absorbed_query"]["head_zero"].message \
         in verdict.message
     assert "w_uk[:D]" in verdict.message
+
+# --- round 5: chapter 1 ---
+# a misspelt end-of-word marker; the two sentences of Exercise 1.2 swapped.
+ROUND5_CHAPTER1 = {
+    "check_bpe_merges": {
+        "misspelt_marker": lambda: ([("u", "g"), ("ug", "w"), ("b", "ugw")],),
+        "misspelt_marker/angle": lambda: (
+            [("u", "g"), ("ug", "<w>"), ("b", "ug<w>")],),
+    },
+    "check_padded_batch": {
+        "swapped": lambda: encode(["A basic split!", "What will come next?"],
+                                  build_vocab(SENTENCES, specials=("<pad>",)),
+                                  pad_id=0),
+    },
+}
+for _checker, _planted in ROUND5_CHAPTER1.items():
+    WRONG[_checker].update(_planted)
+
+
+@pytest.mark.parametrize("checker, name", [
+    (c, n) for c, p in ROUND5_CHAPTER1.items() for n in p])
+def test_round5_chapter1_mistake_is_refused_with_its_hint(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def test_round5_dropped_marker_is_still_a_stale_pair():
+    verdict = _check("check_bpe_merges",
+                     ([("u", "g"), ("ug", "</w>"), ("b", "ug")],))
+    assert CATALOGUE["check_bpe_merges"]["stale_pair"].hint in verdict.message
+
+# --- round 5: chapter 2 ---
+# the two sizes added; the context length taken for d_model.
+WRONG["check_embedding_parameters"].update({
+    "added": lambda: (50257 + 768,),
+    "context_rows": lambda: (50257 * 1024,),
+})
+
+
+@pytest.mark.parametrize("name", ["added", "context_rows"])
+def test_round5_chapter2_mistake_is_refused_with_its_hint(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_embedding_parameters", name)

@@ -174,6 +174,9 @@ PADDED = catalogue(
     left_padding=("the pads are on the left; encode pads on the right, "
                   "after the last token", "Padding sentences of different "
                                           "lengths"),
+    swapped=("the rows are in the wrong order: row 0 is \"What will "
+             "come next?\", row 1 \"A basic split!\"",
+             "Padding sentences of different lengths"),
 )
 
 
@@ -188,6 +191,7 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     left = torch.stack([row.roll(int(row.size(0) - n))
                         for row, n in zip(want_ids, want_lengths,
                                           strict=True)])
+    swapped, _ = encode(texts[::-1], stoi, pad_id=0)
 
     if isinstance(ids, torch.Tensor) and ids.shape == want_ids.shape \
             and not torch.equal(ids.long(), want_ids):
@@ -198,7 +202,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
         if torch.equal(ids[real].long(), want_ids[real]):
             return PADDED["pad_id"].verdict("ids")
     problem = check_tensor("ids", ids, want_ids, axes="(B, L)",
-                           mistakes=[(PADDED["left_padding"], left)])
+                           mistakes=[(PADDED["left_padding"], left),
+                                     (PADDED["swapped"], swapped)])
     if problem is None and isinstance(ids, torch.Tensor) \
             and ids.is_floating_point():
         problem = Verdict(False, f"ids should be integers (int64), got "
@@ -297,7 +302,27 @@ BPE = catalogue(
                 "the merges before left them", SECTION),
     wrong_order=("the right merges in the wrong order: the most frequent "
                  "pair is merged first", SECTION),
+    misspelt_marker=("the end-of-word marker is spelt \"</w>\", four "
+                     "characters, and a merge with it keeps them: "
+                     "\"ug</w>\"", SECTION),
 )
+
+
+def _marker_as(merges: list[tuple[str, str]],
+               want: list[tuple[str, str]]) -> str | None:
+    """The string ``merges`` writes for ``"</w>"`` where they are
+    ``want`` with the marker spelt otherwise, else None."""
+    spellings = set()
+    for got, right in zip(merges, want, strict=True):
+        for x, y in zip(got, right, strict=True):
+            if x == y:
+                continue
+            head = y.split("</w>")[0]
+            if "</w>" not in y or not x.startswith(head):
+                return None
+            spellings.add(x[len(head):])
+    marker = spellings.pop() if len(spellings) == 1 else ""
+    return marker or None  # "" drops the marker: a stale pair, not this
 
 
 def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
@@ -331,6 +356,9 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
             return BPE[name].verdict("merges")
     if sorted(merges) == sorted(want):
         return BPE["wrong_order"].verdict("merges")
+    marker = _marker_as(merges, want)
+    if marker is not None:
+        return BPE["misspelt_marker"].verdict(f"merges (\"{marker}\")")
     pairs = zip(merges, want, strict=False)
     first = next((i for i, (a, b) in enumerate(pairs) if a != b),
                  min(len(merges), len(want)))
