@@ -239,6 +239,11 @@ PARAMETERS = catalogue(
     with_positions=("that adds GPT-2's table of 1,024 learned positions "
                     "(1,024 x 768); the question is the token table alone",
                     "The embedding table"),
+    added=("that adds the two sizes; the table has 50,257 rows of 768 "
+           "numbers each, so multiply them", "The embedding table"),
+    context_rows=("that is 1,024 numbers per token, GPT-2's context "
+                  "length; each row holds d_model = 768 numbers",
+                  "The embedding table"),
 )
 
 
@@ -256,6 +261,8 @@ def check_embedding_parameters(n: int) -> Verdict:
         (PARAMETERS["whole_model"], 124_412_160),
         (PARAMETERS["with_positions"], expected + 1024 * 768),
         (PARAMETERS["rounded_vocab"], 50_000 * 768),
+        (PARAMETERS["added"], 50257 + 768),
+        (PARAMETERS["context_rows"], 50257 * 1024),
     ])
     if problem is not None:
         return problem
