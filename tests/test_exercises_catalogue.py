@@ -1835,3 +1835,56 @@ WRONG["check_embedding_parameters"].update({
 def test_round5_chapter2_mistake_is_refused_with_its_hint(name):
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_embedding_parameters", name)
+
+
+# --- round 5: chapter 3 ---
+
+def _ahead_fitted():  # least squares on 64 positions: M^T of one step
+    pe = sinusoidal_encoding(64, 8)
+    return torch.linalg.lstsq(pe[:-1], pe[1:]).solution
+
+
+RIGHT["check_ahead_matrix"] = [lambda: (shift(k=1).T,),
+                               lambda: (_ahead_fitted(),),
+                               lambda: (2.5 * shift(k=1).T.double(),)]
+WRONG["check_ahead_matrix"] = {
+    "dot_product": lambda: (torch.eye(8),),
+    "behind": lambda: (shift(k=1),),
+    "other_offset": lambda: (shift(k=3).T,),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG["check_ahead_matrix"]))
+def test_round5_ahead_matrix_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_ahead_matrix", name)
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_round5_ahead_matrix_right_answers(i):
+    test_a_right_answer_is_accepted("check_ahead_matrix", i)
+
+
+# --- round 5: chapter 5 ---
+
+def _split_transpose_first(x, num_heads):  # transposes, then cuts
+    batch, length, d_model = x.shape
+    return x.transpose(1, 2).reshape(batch, num_heads, length,
+                                     d_model // num_heads)
+
+
+WRONG["check_split_heads"]["transpose_first"] = lambda: (_split_transpose_first,)
+
+
+def test_round5_split_transpose_first_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint("check_split_heads",
+                                                      "transpose_first")
+
+
+def test_round5_merge_transpose_view_hint_names_transpose():
+    def merge(x):
+        batch, heads, length, head_dim = x.shape
+        return x.transpose(1, 2).view(batch, length, heads * head_dim)
+
+    verdict = _check("check_merge_heads", (merge,))
+    assert not verdict
+    assert "(or transpose)" in verdict.message

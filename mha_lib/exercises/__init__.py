@@ -31,6 +31,7 @@ from mha_lib.exercises.chapter02 import (
     check_padding_embedding,
 )
 from mha_lib.exercises.chapter03 import (
+    check_ahead_matrix,
     check_shift_matrix,
     check_sinusoidal,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "check_embedding_parameters",
     "check_sinusoidal",
     "check_shift_matrix",
+    "check_ahead_matrix",
     "check_projection",
     "check_fused_projection",
     "check_projection_parameters",

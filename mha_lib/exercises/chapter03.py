@@ -16,7 +16,7 @@ from mha_lib.exercises.verdict import (
 )
 from mha_lib.positional import sinusoidal_encoding
 
-__all__ = ["check_sinusoidal", "check_shift_matrix"]
+__all__ = ["check_sinusoidal", "check_shift_matrix", "check_ahead_matrix"]
 
 _FORMULA = "The sinusoidal formula"
 
@@ -25,7 +25,7 @@ SINUSOIDAL = catalogue(
     exp_log=("right numbers, computed with exp and log (or by the "
              "library, which uses them); now write them in the power "
              "form the exercise asks for: the positions divided by "
-             "10000 ** (2 * i / d_model)", "The library function"),
+             "10000 ** (2 * i / d_model)", _FORMULA),
     concatenated=("the sines and cosines are concatenated (all sines, "
                   "then all cosines); the formula interleaves them: sin "
                   "in the even columns 0, 2, ..., cos in the odd ones",
@@ -133,9 +133,11 @@ SHIFT = catalogue(
     not_inverted=("the angles grow with i: omega_i = 10000 ** (-2i / "
                   "d_model) has a minus sign, so the later pairs turn "
                   "more slowly, not faster", _ROTATION),
-    integer_division=("every pair turns by the same angle k: 2 * i // "
-                      "d_model is integer division, 0 for every pair; "
-                      "write 2 * i / d_model", _ROTATION),
+    integer_division=("every pair turns by the same angle, k radians: "
+                      "omega_i came out as 1 for every pair (if you "
+                      "wrote 2 * i // d_model, that integer division "
+                      "is 0 for every i; write 2 * i / d_model)",
+                      _ROTATION),
     other_width=("those are the frequencies of d_model = 64 (the "
                  "chapter's check used omega64); the exercise's table "
                  "has d_model = 8, omega_i = 10000 ** (-2i / 8)",
@@ -200,3 +202,55 @@ def check_shift_matrix(
     if (given * (1 - pairs)).abs().max() > 1e-3 * scale:
         return SHIFT["not_block_diagonal"].verdict("M")
     return problem
+
+
+_AHEAD = "Why sines and cosines: relative positions"
+
+AHEAD = catalogue(
+    "check_ahead_matrix", 3,
+    dot_product=("every position scores itself highest, like "
+                 "the plain dot product PE_p . PE_q (W = I); and that "
+                 "dot product cannot tell ahead from behind. Let W "
+                 "move PE_p one step on first", _AHEAD),
+    behind=("every position prefers the previous one, p - 1: "
+            "with M the one-step matrix (PE[p + 1] = M @ PE[p]), "
+            "PE_p M PE_q^T = PE_p . PE[q + 1]; use the transpose, "
+            "PE_p M^T PE_q^T = PE[p + 1] . PE_q", _AHEAD),
+    other_offset=("every position prefers another offset than + 1: "
+                  "the rotation of pair i must be by omega_i times 1, "
+                  "one step", _AHEAD),
+)
+
+
+def check_ahead_matrix(W: torch.Tensor, d_model: int = 8) -> Verdict:
+    """Exercise 3.3: a ``(d_model, d_model)`` matrix with which the score
+    ``PE_p W PE_q^T`` is highest at ``q = p + 1`` for every position
+    ``p`` of a 64-row table (``p = 0 .. 62``)."""
+    if not isinstance(W, torch.Tensor):
+        return Verdict(
+            False, f"W should be a tensor, got {type(W).__name__}")
+    if W.shape != (d_model, d_model):
+        return Verdict(
+            False, f"W: expected shape (d_model, d_model) = "
+                   f"{(d_model, d_model)}, got {tuple(W.shape)}")
+    pe = sinusoidal_encoding(64, d_model).double()  # (L, d_model)
+    scores = pe @ W.detach().double() @ pe.T  # (L, L): PE_p W PE_q^T
+    favourite = scores[:-1].argmax(dim=-1)  # (L - 1,): best q for p
+    offset = favourite - torch.arange(63)  # q - p
+    if bool((offset == 1).all()):
+        return Verdict(
+            True, "every position p = 0..62 scores p + 1 highest: W "
+                  "tells ahead from behind")
+    inner = offset[4:-4]  # p = 4 .. 58: away from both ends
+    if bool((inner == 0).all()):
+        return AHEAD["dot_product"].verdict("W")
+    if bool((inner == -1).all()):
+        return AHEAD["behind"].verdict("W")
+    if bool((inner == inner[0]).all()):
+        return AHEAD["other_offset"].verdict(
+            f"W (offset {int(inner[0])})")
+    p = int((offset != 1).nonzero()[0])
+    return Verdict(
+        False, f"W: position {p} scores q = {int(favourite[p])} highest, "
+               f"not q = {p + 1}; the score PE_p W PE_q^T should be "
+               "largest one step ahead for every p")

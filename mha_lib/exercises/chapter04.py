@@ -106,7 +106,7 @@ FUSED = catalogue(
     order=("q, k and v come out in the wrong order: return them in the "
            "order you stacked the weights, q_proj, k_proj, v_proj",
            _LAYERS),
-    wrong_axis=("the weights are (out, in): stack them along dim 0, the "
+    wrong_axis=("The weights are (out, in): stack them along dim 0, the "
                 "output axis, to get (3 d_model, d_model)", _LAYERS),
     split_axis=("split the features, the last axis, into three: "
                 "chunk(3, dim=-1)", _LAYERS),

@@ -78,6 +78,11 @@ SPLIT = catalogue(
     wrong_transpose=("that is (B, L, D, H): transpose(2, 3) swaps heads "
                      "and features; swap length and heads, "
                      "permute(0, 2, 1, 3)", _COLUMNS),
+    transpose_first=("that transposes before it splits: x.transpose(1, 2) "
+                     "is (B, H*D, L), and cutting that into (B, H, L, D) "
+                     "mixes features and tokens; split the last axis "
+                     "first, view(B, L, H, D), then move the head axis",
+                     _COLUMNS),
 )
 
 
@@ -121,6 +126,8 @@ def check_split_heads(
                         0, 2, 3, 1)),
                 (SPLIT["wrong_transpose"], x.reshape(
                     batch, length, num_heads, head_dim).transpose(2, 3)),
+                (SPLIT["transpose_first"], x.transpose(1, 2).reshape(
+                    batch, num_heads, length, head_dim)),
             ])
         if problem is not None:
             return problem
@@ -133,7 +140,8 @@ def check_split_heads(
 MERGE = catalogue(
     "check_merge_heads", 5,
     view_not_contiguous=("view cannot merge the axes of an attention "
-                         "output after the permute: its memory is no "
+                         "output after the permute (or transpose): its "
+                         "memory is no "
                          "longer contiguous; use reshape (or "
                          ".contiguous().view)", _BACK),
     reshape_only=("the reshape alone reads the numbers in (B, H, L, D) "
