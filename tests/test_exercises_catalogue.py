@@ -1888,3 +1888,25 @@ def test_round5_merge_transpose_view_hint_names_transpose():
     verdict = _check("check_merge_heads", (merge,))
     assert not verdict
     assert "(or transpose)" in verdict.message
+
+# --- round 5: chapter 12 -----------------------------------------------------
+
+WRONG["check_pre_norm"].update({
+    "pair_sum": lambda: (
+        lambda b, x: x + b.attn(b.norm1(x), need_weights=False),),
+    "fixed_relu": lambda: (lambda b, x: (lambda h: h + b.linear2(F.relu(
+        b.linear1(b.norm2(h)))))(x + b.attn(b.norm1(x))[0]),),
+    "final_norm": lambda: (
+        lambda b, x: F.layer_norm(pre_norm(b, x), (x.size(-1),)),),
+    "final_norm/norm2": lambda: (lambda b, x: b.norm2(pre_norm(b, x)),),
+})
+
+
+@pytest.mark.parametrize("name", ["pair_sum", "fixed_relu", "final_norm",
+                                  "final_norm/norm2"])
+def test_round5_pre_norm_mistakes_are_named(name):
+    verdict = _check("check_pre_norm", WRONG["check_pre_norm"][name]())
+    assert not verdict
+    mistake = CATALOGUE["check_pre_norm"][name.split("/")[0]]
+    assert mistake.message in verdict.message, verdict.message
+    assert "Traceback" not in verdict.message

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from functools import partial
 
 import torch
+import torch.nn.functional as F
 
 from mha_lib.block import TransformerBlock
 from mha_lib.exercises.verdict import (
@@ -100,7 +101,22 @@ PRE_NORM = catalogue(
           "returns (output, weights): take [0]", _BLOCK),
     whole_block=("that calls the block itself; the exercise writes the "
                  "forward from its parts", _BLOCK),
+    pair_sum=("block.attn(...) returns a pair (output, weights): take "
+              "[0] before adding it to x", _BLOCK),
+    fixed_relu=("this uses ReLU: the block's activation is "
+                "block.activation (GELU by default)",
+                "The feed-forward network"),
+    final_norm=("the block's output is normalised once more: GPT-2's "
+                "final LayerNorm follows the whole stack, not each block",
+                _BLOCK),
 )
+
+
+def _explain(error: BaseException, _: object) -> object:
+    """The hint for ``x + block.attn(...)`` without ``[0]``."""
+    if isinstance(error, TypeError) and "tuple" in str(error):
+        return PRE_NORM["pair_sum"]
+    return None
 
 
 def _seen(called: list, *_: object) -> None:
@@ -135,7 +151,14 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
             return ffn(n2(h))
         if how == "one_norm":
             return h + ffn(n1(h))
-        return h + ffn(n2(h), act=how != "no_activation")
+        if how == "fixed_relu":
+            return h + block.linear2(F.relu(block.linear1(n2(h))))
+        out = h + ffn(n2(h), act=how != "no_activation")
+        if how == "final_norm":  # a fresh LayerNorm, or norm2 once more
+            return F.layer_norm(out, out.shape[-1:])
+        if how == "final_norm2":
+            return n2(out)
+        return out
 
 
 def check_pre_norm(
@@ -162,7 +185,7 @@ def check_pre_norm(
             called: list = []
             hook = block.register_forward_pre_hook(partial(_seen, called))
             try:
-                call = attempt(fn, block, x)
+                call = attempt(fn, block, x, explain=_explain)
             finally:
                 hook.remove()
         if call.verdict is not None:
@@ -173,12 +196,13 @@ def check_pre_norm(
             return PRE_NORM["pair"].verdict(call.label)
         problem = check_tensor(
             call.label, call.value, expected, axes="(B, L, d_model)",
-            mistakes=[(PRE_NORM[how],
+            mistakes=[(PRE_NORM[how.rstrip("2")],
                        partial(_wrong_forward, block, x, how))
                       for how in (
                     "post_norm", "normalised_stream", "no_first_residual",
                     "no_second_residual", "one_norm", "raw_key_value",
-                    "no_activation")])
+                    "no_activation", "fixed_relu", "final_norm",
+                    "final_norm2")])
         if problem is not None:
             return problem
     return Verdict(
