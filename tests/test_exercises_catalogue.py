@@ -1910,3 +1910,35 @@ def test_round5_pre_norm_mistakes_are_named(name):
     mistake = CATALOGUE["check_pre_norm"][name.split("/")[0]]
     assert mistake.message in verdict.message, verdict.message
     assert "Traceback" not in verdict.message
+
+# --- round 5: chapter 7 ------------------------------------------------------
+
+# hiding the pad queries as well as the pad keys: named as pad_queries
+WRONG["check_decoder_mask"]["pad_queries/both"] = lambda: (
+    lambda n: padding_mask(n) & padding_mask(n).transpose(-1, -2)
+    & causal_mask(int(n.max())),)
+WRONG["check_safe_softmax"]["no_renormalise"] = lambda: (
+    lambda s, m: torch.softmax(s, dim=-1) * m,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_decoder_mask", "pad_queries/both"),
+    ("check_safe_softmax", "no_renormalise"),
+])
+def test_round5_chapter7_mistakes_are_named(checker, name):
+    verdict = _check(checker, WRONG[checker][name]())
+    assert not verdict
+    assert CATALOGUE[checker][name.split("/")[0]].hint in verdict.message
+
+# --- round 5: chapter 8 ------------------------------------------------------
+
+WRONG["check_num_parameters"]["one_bias"] = lambda: (
+    lambda d, h, bias=True: 4 * d * d + (4 if bias else 0),)
+
+
+def test_one_bias_per_layer_is_named():
+    verdict = _check("check_num_parameters",
+                     WRONG["check_num_parameters"]["one_bias"]())
+    assert not verdict
+    assert CATALOGUE["check_num_parameters"]["one_bias"].hint \
+        in verdict.message

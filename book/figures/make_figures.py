@@ -688,11 +688,12 @@ def multi_head(s: Shapes) -> Svg:
     svg.rect(cx - 120, 10, 240, 38, fill=BOX)
     svg.text(cx, 35, f"X  {fmt(s.positioned)}", size=15, family=MONO)
     svg.line(cx, 48, cx, 66)
-    svg.rect(cx - 250, 68, 500, 40, fill=GREEN, stroke=GREEN_EDGE)
+    col_w, gap = 160, (WIDTH - 4 * 160) / 5
+    # as wide as the four head columns, so that every arrow leaves from it
+    svg.rect(gap, 68, WIDTH - 2 * gap, 40, fill=GREEN, stroke=GREEN_EDGE)
     svg.text(cx, 87, "Q = XW^{Q},   K = XW^{K},   V = XW^{V}", size=15, weight="bold")
     svg.text(cx, 103, f"each {fmt(s.q)}; head i takes its own {d} of the {s.d_model} columns",
-             size=12, fill=MUTED)
-    col_w, gap = 160, (WIDTH - 4 * 160) / 5
+             size=13, fill=MUTED)
     for i in range(h):
         x = gap + i * (col_w + gap)
         mid = x + col_w / 2

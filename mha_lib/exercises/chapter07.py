@@ -99,8 +99,10 @@ DECODER = catalogue(
             "part is the lower triangle, j <= i (torch.tril)", _CAUSAL),
     no_diagonal=("a query may attend itself: the causal part is j <= i, "
                  "the diagonal included", _CAUSAL),
-    pad_queries=("the padding part hides pad queries (rows); it should "
-                 "hide pad keys, the last axis", _PADDING),
+    pad_queries=("the pad queries (rows) are hidden, so their rows see "
+                 "no key at all; hide the pad keys (the last axis) only: "
+                 "the pad rows then see the real tokens, and a loss "
+                 "ignores them", _PADDING),
     no_head_axis=("the mask should be (B, 1, L, L), with a singleton axis "
                   "for the heads", _PADDING),
 )
@@ -158,6 +160,10 @@ SAFE = catalogue(
                    "the visible weights underflow to 0 before the "
                    "renormalisation; fill the hidden scores with -inf "
                    "before the softmax", _BEFORE_AFTER),
+    no_renormalise=("the hidden weights are zeroed after the softmax, but "
+                    "the rows are not renormalised: the visible weights "
+                    "no longer sum to 1; fill the hidden scores with -inf "
+                    "before the softmax", _BEFORE_AFTER),
     softmax_dim=("the softmax runs over the queries (dim=-2); it runs "
                  "over the keys, the last axis",
                  "The softmax: weights that sum to one", 6),
@@ -204,6 +210,9 @@ def check_safe_softmax(
         want = masked_softmax(s, mask)
         tol = 1e-5 if dtype == torch.float32 else 1e-3
         if isinstance(given, torch.Tensor) and given.shape == s.shape:
+            unnormalised = torch.softmax(s.float(), dim=-1) * mask
+            if torch.allclose(given.float(), unnormalised, atol=tol):
+                return SAFE["no_renormalise"].verdict(call.label)
             gap_row = given[1, 3].float()
             if gap_row.isnan().any() or gap_row.abs().sum() < 1e-3:
                 return SAFE["after_softmax"].verdict(call.label)

@@ -191,6 +191,9 @@ PARAMETERS = catalogue(
     head_squares=("that gives every head D x D matrices; a head reads all "
                   "d_model input features, so its block of each projection "
                   "is d_model x D", "Concatenating the heads"),
+    one_bias=("each layer has d_model biases, one per output feature, "
+              "not one: with bias=True that is 4 * d_model in all",
+              _MODULE),
     built_module=("that builds a module and counts its parameters; the "
                   "exercise counts from the shapes alone", _MODULE),
 )
@@ -218,6 +221,7 @@ def _wrong_counts(d: int, h: int, bias: bool) -> list:
             (PARAMETERS["bias_flag"], 4 * d * d + 4 * d),
             (PARAMETERS["three_biases"], 4 * d * d + 3 * b // 4),
             (PARAMETERS["no_output"], 3 * d * d + 3 * b // 4),
+            (PARAMETERS["one_bias"], 4 * d * d + (4 if bias else 0)),
             (PARAMETERS["per_head"], (4 * d * d + b) // h),
             (PARAMETERS["head_matrices"], (4 * d * d + b) * h),
             (PARAMETERS["head_matrices"], 4 * h * d * d + b),
