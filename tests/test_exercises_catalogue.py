@@ -1831,3 +1831,15 @@ def test_round5_softcap_right_answers_are_accepted(i):
 def test_round5_softcap_needs_a_function():
     verdict = _check("check_softcap_score_mod", (lambda cap: cap,))
     assert not verdict and "should return a function" in verdict.message
+
+
+# --- round 5: chapter 13 ---
+
+WRONG["check_weights_mib"]["one_head"] = lambda: (
+    lambda b, length, h, dtype: b * length * length
+    * (torch.finfo(dtype).bits // 8) / 2**20,)
+
+
+def test_round5_weights_mib_without_the_heads_is_named():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_weights_mib", "one_head")
