@@ -16,6 +16,8 @@ import contextlib
 import io
 import json
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -148,7 +150,12 @@ def test_the_books_solution_is_correct(case, monkeypatch):
     import mha_lib.exercises as exercises
 
     _, context, prefix = case
-    namespace: dict = {"__name__": "__solution__"}
+    # The solution runs in a real module, as a notebook's code runs in
+    # __main__: torch.compile's tracer (which eager flex_attention uses
+    # on a score_mod) looks the function's globals up through it.
+    module = types.ModuleType("__solution__")
+    monkeypatch.setitem(sys.modules, "__solution__", module)
+    namespace: dict = module.__dict__
     with contextlib.redirect_stdout(io.StringIO()):
         exec(compile(ast.Module(context, []), "<context>", "exec"),
              namespace)

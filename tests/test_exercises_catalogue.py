@@ -1942,3 +1942,53 @@ def test_one_bias_per_layer_is_named():
     assert not verdict
     assert CATALOGUE["check_num_parameters"]["one_bias"].hint \
         in verdict.message
+
+# --- round 5: chapter 17 ---
+
+def softcap(cap, how="right"):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return {"right": lambda: cap * torch.tanh(score / cap),
+                "uncapped": lambda: score,
+                "no_divide": lambda: cap * torch.tanh(score),
+                "no_multiply": lambda: torch.tanh(score / cap),
+                "clamp": lambda: score.clamp(-cap, cap),
+                "scaled_again": lambda: cap * torch.tanh(
+                    score / math.sqrt(8) / cap)}[how]()
+    return score_mod
+
+
+ROUND5_SOFTCAP = {name: (lambda name=name: (
+    lambda cap: softcap(cap, name),)) for name in (
+        "uncapped", "no_divide", "no_multiply", "clamp", "scaled_again")}
+WRONG["check_softcap_score_mod"] = dict(ROUND5_SOFTCAP)
+RIGHT["check_softcap_score_mod"] = [
+    lambda: (softcap,),
+    lambda: (lambda cap: lambda s, b, h, q, kv: torch.tanh(s / cap) * cap,)]
+
+
+@pytest.mark.parametrize("name", sorted(ROUND5_SOFTCAP))
+def test_round5_softcap_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_softcap_score_mod", name)
+
+
+@pytest.mark.parametrize("i", [0, 1])
+def test_round5_softcap_right_answers_are_accepted(i):
+    test_a_right_answer_is_accepted("check_softcap_score_mod", i)
+
+
+def test_round5_softcap_needs_a_function():
+    verdict = _check("check_softcap_score_mod", (lambda cap: cap,))
+    assert not verdict and "should return a function" in verdict.message
+
+
+# --- round 5: chapter 13 ---
+
+WRONG["check_weights_mib"]["one_head"] = lambda: (
+    lambda b, length, h, dtype: b * length * length
+    * (torch.finfo(dtype).bits // 8) / 2**20,)
+
+
+def test_round5_weights_mib_without_the_heads_is_named():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_weights_mib", "one_head")

@@ -105,6 +105,7 @@ from mha_lib.exercises.chapter16 import (
 from mha_lib.exercises.chapter17 import (
     check_alibi_slopes,
     check_receptive_field,
+    check_softcap_score_mod,
     check_window_mask_mod,
 )
 from mha_lib.exercises.chapter18 import (
@@ -170,6 +171,7 @@ __all__ = [
     "check_window_mask_mod",
     "check_alibi_slopes",
     "check_receptive_field",
+    "check_softcap_score_mod",
     "check_absorbed_query",
     "check_latent_cache_bytes",
     "check_key_projection",

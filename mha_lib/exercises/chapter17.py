@@ -20,7 +20,7 @@ from mha_lib.exercises.verdict import (
 from mha_lib.masks import sliding_window_mask
 
 __all__ = ["check_window_mask_mod", "check_alibi_slopes",
-           "check_receptive_field"]
+           "check_receptive_field", "check_softcap_score_mod"]
 
 _WINDOW = "Sliding-window attention"
 _FLEX = "FlexAttention: masks and biases as functions"
@@ -221,3 +221,73 @@ def check_receptive_field(fn: Callable[[int, int], int]) -> Verdict:
     return check_calls(fn, cases, expected,
                        "each layer reaches window - 1 positions further "
                        "back: num_layers * (window - 1)", mistakes=wrong)
+
+
+SOFTCAP = catalogue(
+    "check_softcap_score_mod", 17,
+    uncapped=("the scores come back unchanged: return cap * torch.tanh("
+              "score / cap)", _FLEX),
+    no_divide=("that is cap * tanh(score): divide by the cap inside the "
+               "tanh, cap * tanh(score / cap), so that a small score "
+               "passes almost unchanged", _FLEX),
+    no_multiply=("that is tanh(score / cap), squeezed into (-1, 1): "
+                 "multiply by the cap again", _FLEX),
+    clamp=("that clips the scores at -cap and cap, a hard cap; the soft "
+           "cap bends them smoothly: cap * torch.tanh(score / cap)",
+           _FLEX),
+    scaled_again=("the score a score_mod receives is already "
+                  "q . k / sqrt(D): do not scale it again", _FLEX),
+)
+
+
+def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
+    """Exercise 17.4: ``fn(cap)`` returns a FlexAttention ``score_mod(
+    score, b, h, q_idx, kv_idx)`` for Gemma 2's soft-capping of the
+    scores, ``cap * tanh(score / cap)``; checked through eager
+    ``flex_attention`` against the dense computation."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    generator = torch.Generator().manual_seed(17)
+    # (B, H, L, D) with scores up to about 10, beyond the caps below
+    q, k, v = torch.randn(3, 1, 2, 6, 8, generator=generator).unbind(0)
+    q = 4 * q
+    for cap in (2.0, 5.0):
+        made = attempt(fn, cap)
+        if made.verdict is not None:
+            return made.verdict
+        if not callable(made.value):
+            return Verdict(False, f"{made.label} should return a function "
+                                  f"score_mod(score, b, h, q_idx, kv_idx), "
+                                  f"got {type(made.value).__name__}")
+
+        def flex_attention_with_your_score_mod(score_mod=made.value):
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*without torch.compile")
+                return flex_attention(q, k, v, score_mod=score_mod)
+
+        call = attempt(flex_attention_with_your_score_mod, shown="")
+        if call.verdict is not None:
+            return Verdict(False, f"the score_mod of {made.label}: "
+                                  f"{call.verdict.message}")
+        scores = q @ k.mT / math.sqrt(q.size(-1))  # (B, H, L, L)
+
+        def out(s: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(s, dim=-1) @ v  # (B, H, L, D)
+
+        problem = check_tensor(
+            f"flex_attention with the score_mod of {made.label}",
+            call.value, out(cap * torch.tanh(scores / cap)),
+            axes="(B, H, L, D)", mistakes=[
+                (SOFTCAP["uncapped"], out(scores)),
+                (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
+                (SOFTCAP["no_multiply"], out(torch.tanh(scores / cap))),
+                (SOFTCAP["clamp"], out(scores.clamp(-cap, cap))),
+                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
+                    scores / math.sqrt(q.size(-1)) / cap))),
+            ])
+        if problem is not None:
+            return problem
+    return Verdict(True, "cap * torch.tanh(score / cap): Gemma 2's soft "
+                         "cap, with cap = 50")
