@@ -1992,3 +1992,36 @@ WRONG["check_weights_mib"]["one_head"] = lambda: (
 def test_round5_weights_mib_without_the_heads_is_named():
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_weights_mib", "one_head")
+
+# --- round 5: chapter 14 -----------------------------------------------------
+
+WRONG["check_cache_bytes"]["no_kv_heads"] = lambda: (
+    lambda n, h, d, length, b, s: 2 * n * d * length * b * s,)
+WRONG["check_cache_bytes"]["gib"] = lambda: (
+    lambda n, h, d, length, b, s: 2 * n * h * d * length * b * s / 2**30,)
+
+
+@pytest.mark.parametrize("name", ["no_kv_heads", "gib"])
+def test_cache_bytes_names_the_heads_and_the_unit(name):
+    verdict = _check("check_cache_bytes", WRONG["check_cache_bytes"][name]())
+    assert not verdict
+    assert CATALOGUE["check_cache_bytes"][name].message in verdict.message
+
+
+def test_cache_bytes_in_gb_is_named_as_a_unit():
+    verdict = _check("check_cache_bytes", (
+        lambda n, h, d, length, b, s: 2 * n * h * d * length * b * s / 1e9,))
+    assert not verdict
+    assert CATALOGUE["check_cache_bytes"]["gib"].message in verdict.message
+
+# --- round 5: chapter 18 -----------------------------------------------------
+
+WRONG["check_absorbed_query"]["unchanged"] = lambda: (lambda q, w, h: q,)
+
+
+def test_query_returned_unchanged_is_named():
+    verdict = _check("check_absorbed_query",
+                     WRONG["check_absorbed_query"]["unchanged"]())
+    assert not verdict
+    assert CATALOGUE["check_absorbed_query"]["unchanged"].message \
+        in verdict.message

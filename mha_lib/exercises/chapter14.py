@@ -33,6 +33,9 @@ CACHE = catalogue(
     bits=("that counts bits: bytes_per_number is already in bytes", _SIZE),
     one_layer=("that is one layer; every layer has its own cache", _SIZE),
     one_sequence=("that is one sequence; the batch multiplies it", _SIZE),
+    no_kv_heads=("that is one key/value head; the cache holds num_kv_heads "
+                 "of them in every layer", _SIZE),
+    gib=("that is in GiB (or GB); the function returns bytes", _SIZE),
 )
 
 
@@ -40,9 +43,10 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
     """Exercise 14.1: ``fn(num_layers, num_kv_heads, head_dim, length,
     batch, bytes_per_number)`` is the memory, in bytes, of a full
     :class:`~mha_lib.KVCache`."""
-    # float32 first: with 2 bytes per number, leaving the bytes out would
-    # look like leaving the values out, and the hint could not tell.
-    configs = [(3, 2, 4, 5, 5, torch.float32),
+    # The first case has five different factors (2 for keys and values, 5
+    # layers, 3 heads, 4 bytes, 7 sequences), so that each one left out
+    # gives its own wrong number and its own hint.
+    configs = [(5, 3, 4, 6, 7, torch.float32),
                (3, 2, 4, 5, 4, torch.float16),
                (1, 4, 2, 6, 3, torch.float32),
                (2, 2, 4, 5, 1, torch.float16),
@@ -65,6 +69,9 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["bits"], full * 8),
             (CACHE["one_layer"], full // num_layers),
             (CACHE["one_sequence"], full // batch),
+            (CACHE["no_kv_heads"], full // num_kv_heads),
+            (CACHE["gib"], full / 2**30),
+            (CACHE["gib"], full / 10**9),
         ])
         if problem is not None:
             return problem

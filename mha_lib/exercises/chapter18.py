@@ -40,6 +40,9 @@ ABSORB = catalogue(
                "own W_uk[h], rows h*D to (h+1)*D - 1 of w_uk; "
                "w_uk.unflatten(0, (H, D)) stacks them for one batched "
                "product", _ABSORBED),
+    unchanged=("that is q unchanged: head h's queries are multiplied by "
+               "its block W_uk[h], rows h*D to (h+1)*D - 1 of w_uk, "
+               "which takes them from D to C features", _ABSORBED),
 )
 
 
@@ -80,6 +83,7 @@ def check_absorbed_query(
                 (ABSORB["scaled"], partial(torch.div, expected,
                                            head_dim ** 0.5)),
                 (ABSORB["head_zero"], partial(torch.matmul, q, blocks[0])),
+                (ABSORB["unchanged"], q),
             ])
         if problem is not None:
             return problem
