@@ -407,8 +407,9 @@ def plot(result: Result, path: str | None = None, figure=None):
     Args:
         result: What :func:`benchmark` measured.
         path: Where to save the figure (PNG), or None.
-        figure: A matplotlib figure to draw in (e.g. ``plt.figure()`` in a
-            notebook); by default a new one, outside pyplot (no window).
+        figure (matplotlib.figure.Figure | None): A figure to draw in (e.g.
+            ``plt.figure()`` in a notebook); by default a new one, outside
+            pyplot (no window).
     """
     from matplotlib.figure import Figure
 

@@ -81,16 +81,7 @@ class KVCache:
 
     ``cache.layer(i)`` is layer ``i``'s part, to pass to that layer's
     attention module as ``cache=``; a module may take a one-layer
-    ``KVCache`` whole. Each layer remembers the module that first wrote to
-    it and refuses any other, so one cache cannot silently mix two
-    modules' keys. The module is remembered by an id it carries
-    (``mha_lib.cache.writer_id``), not by a reference: a module built anew
-    (a notebook cell run again) is another module, while a copy of the
-    writer (``copy.deepcopy((model, cache))``, ``pickle``, ``torch.save``)
-    is the same one and may go on. A cache pickles and deep-copies with its
-    contents, and ``torch.load(path, weights_only=True)`` reads a saved one
-    inside ``torch.serialization.safe_globals([KVCache])``. Derived in
-    chapter 14.
+    ``KVCache`` whole. Derived in chapter 14.
 
     Args:
         num_layers: How many attention layers the cache serves.
@@ -118,6 +109,18 @@ class KVCache:
         ...     full, _ = attention(x, is_causal=True)  # no cache
         >>> cache.length, torch.allclose(last, full[:, 4:], atol=1e-6)
         (5, True)
+
+    Note:
+        Each layer remembers the module that first wrote to it and refuses
+        any other, so one cache cannot silently mix two modules' keys. The
+        module is remembered by an id it carries
+        (``mha_lib.cache.writer_id``), not by a reference: a module built
+        anew (a notebook cell run again) is another module, while a copy of
+        the writer (``copy.deepcopy((model, cache))``, ``pickle``,
+        ``torch.save``) is the same one and may go on. A cache pickles and
+        deep-copies with its contents, and ``torch.load(path,
+        weights_only=True)`` reads a saved one inside
+        ``torch.serialization.safe_globals([KVCache])``.
     """
 
     def __init__(self, num_layers: int = 1, window: int | None = None,
@@ -134,6 +137,7 @@ class KVCache:
 
     @property
     def num_layers(self) -> int:
+        """How many layers the cache holds, one per attention layer."""
         return len(self._layers)
 
     @property

@@ -99,17 +99,9 @@ class MultiHeadAttention(nn.Module):
                 (self-attention).
             value: ``(B, Lk, d_model)``; defaults to ``key``.
             mask: bool (True = may attend) or float (added to the scores),
-                of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``. A 3-D mask
-                is refused: ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike.
-                A 2-D mask is always ``(Lq, Lk)``: one row of keys per
-                sequence, ``(B, Lk)``, is refused when ``B != Lq`` and read
-                as ``(Lq, Lk)`` when ``B == Lq``; pass it as
-                :func:`~mha_lib.padding_mask` gives it, ``(B, 1, 1, Lk)``.
-                A float mask of only 0s and 1s is refused (it is almost
-                surely a keep/drop mask: pass ``mask.bool()``), except
-                where its values cannot be read: under ``torch.compile``,
-                ``torch.export`` and ``torch.func.vmap`` it is added as
-                given, with a ``UserWarning``.
+                of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)`` (``B|1``: ``B``
+                or 1, broadcast over the batch; ``H|1`` likewise). The
+                shapes and values it refuses are under Note.
             need_weights: True runs the explicit path derived in the book
                 and returns the weights; False runs PyTorch's fused
                 ``F.scaled_dot_product_attention`` and returns None for
@@ -122,12 +114,26 @@ class MultiHeadAttention(nn.Module):
                 last key; a query after ``L`` cached tokens sees those
                 too); with a windowed cache, only the last ``window``
                 positions. Combined with ``mask`` if both are given.
+                PyTorch's SDPA and ``fused_sdpa(is_causal=True)`` align
+                top-left instead; the two agree when ``Lq == Lk``.
             cache: For decoding (chapter 14): one layer of a
                 :class:`~mha_lib.KVCache` (or a one-layer ``KVCache``). The
                 new keys and values are appended and the queries attend to
                 every kept position, so ``Lk`` in ``mask`` counts those
                 too. A call with more than one new token needs ``mask`` or
                 ``is_causal=True``.
+
+        Note:
+            A 3-D ``mask`` is refused: ``(B, Lq, Lk)`` and ``(H, Lq, Lk)``
+            look alike. A 2-D mask is always ``(Lq, Lk)``: one row of keys
+            per sequence, ``(B, Lk)``, is refused when ``B != Lq`` and read
+            as ``(Lq, Lk)`` when ``B == Lq``; pass it as
+            :func:`~mha_lib.padding_mask` gives it, ``(B, 1, 1, Lk)``. A
+            float mask that has 1s and nothing but 0s and 1s is refused (it
+            is almost surely a keep/drop mask: pass ``mask.bool()``; all
+            zeros is fine), except where its values cannot be read: under
+            ``torch.compile``, ``torch.export`` and ``torch.func.vmap`` it
+            is added as given, with a ``UserWarning``.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -277,11 +283,13 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                mask: torch.Tensor | None, dropout_p: float = 0.0, *,
                is_causal: bool = False, scale: float | None = None,
                enable_gqa: bool = False) -> torch.Tensor:
-    """``F.scaled_dot_product_attention`` ``(..., Lq, Dv)``, except that a
-    query row that may attend nothing gets zeros, as on the explicit path.
+    """``F.scaled_dot_product_attention`` ``(..., Lq, Dv)``, with zeros
+    guaranteed on a query row that may attend nothing, as on the explicit path.
 
-    The kernel is let attend everything on such a row (finite numbers and
-    gradients), and the row is zeroed afterwards.
+    PyTorch's kernel gives zeros there too since 2.5 (NaN before, and on some
+    back ends still); the library does not rely on it: the kernel is let
+    attend everything on such a row (finite numbers and gradients), and the
+    row is zeroed afterwards.
 
     Args:
         q: Queries ``(..., Lq, E)``, as ``F.scaled_dot_product_attention``
@@ -293,6 +301,8 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         dropout_p: Dropout on the weights, inside the kernel.
         is_causal: As in ``F.scaled_dot_product_attention``: query ``i``
             sees keys ``0`` to ``i`` (top-left). With ``mask``, both apply.
+            ``MultiHeadAttention.forward(is_causal=True)`` aligns
+            bottom-right instead; the two agree when ``Lq == Lk``.
         scale: The factor of the scores; ``None``: ``1/sqrt(E)``.
         enable_gqa: Let ``k`` and ``v`` have fewer heads than ``q``.
     """

@@ -24,7 +24,7 @@ __all__ = ["TinyTransformer", "decode_speed"]
 
 class TinyTransformer(nn.Module):
     """Decoder-only language model: token + learned position embeddings,
-    ``num_layers`` pre-norm :class:`~mha_lib.TransformerBlock` s (GELU,
+    ``num_layers`` pre-norm blocks (:class:`~mha_lib.TransformerBlock`, GELU,
     ``d_ff = 4 * d_model`` unless given), a final LayerNorm and a linear
     head to ``vocab_size`` logits.
 

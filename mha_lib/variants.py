@@ -52,6 +52,11 @@ class DotProductAttention(nn.Module):
     ``self.attention_weights``. ``valid_lens`` ``(B,)`` or ``(B, Lq)``: how
     many keys each query may see. Derived in chapter 9.
 
+    One difference from d2l as published: a query with ``valid_lens`` 0
+    gets zero weights and a zero output (the library's
+    :func:`~mha_lib.masked_softmax`); d2l's ``masked_softmax`` fills with
+    ``-1e6`` and gives uniform weights, the mean of the values.
+
     Args:
         dropout: The dropout probability on the attention weights.
     """
@@ -97,7 +102,9 @@ class D2LMultiHeadAttention(nn.Module):
     ``forward(queries (B, Lq, query_size), keys (B, Lk, key_size),
     values (B, Lk, value_size), valid_lens)`` returns
     ``(B, Lq, num_hiddens)``; ``valid_lens`` ``(B,)``, ``(B, Lq)`` or None,
-    repeated for every head. Derived in chapter 9.
+    repeated for every head. Derived in chapter 9. As in
+    :class:`~mha_lib.DotProductAttention`, a query with ``valid_lens`` 0
+    gets zeros where d2l as published gives uniform weights.
 
     Args:
         key_size: The width of the keys fed to ``W_k``.
