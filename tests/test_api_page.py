@@ -306,6 +306,23 @@ def test_the_page_states_the_librarys_version() -> None:
         f"{API_PAGE.name} does not state mha_lib {mha_lib.__version__}")
 
 
+def checker_table_gaps(text: str) -> list[str]:
+    """The chapters' checkers (``mha_lib.exercises.chapterNN.check_*``) missing from the
+    page's table of checkers, where each chapter's row links its checkers."""
+    from mha_lib import exercises
+
+    return [f"{fn.__module__}.{name}" for name in exercises.__all__
+            if name.startswith("check_") and callable(fn := getattr(exercises, name))
+            and f"{{py:func}}`~{fn.__module__}.{name}`" not in text]
+
+
+def test_the_checker_table_lists_every_checker() -> None:
+    text = API_PAGE.read_text(encoding="utf-8")
+    assert not checker_table_gaps(text), checker_table_gaps(text)
+    planted = text.replace("{py:func}`~mha_lib.exercises.chapter03.check_ahead_matrix`", "")
+    assert checker_table_gaps(planted) == ["mha_lib.exercises.chapter03.check_ahead_matrix"]
+
+
 def test_hand_written_values_are_the_librarys(page: Documented) -> None:
     assert page.values, "the page's py:data entries state no :value:"
     for dotted, value in page.values.items():
