@@ -1793,3 +1793,56 @@ def test_head_zero_block_for_every_head_is_named():
     assert CATALOGUE["check_absorbed_query"]["head_zero"].message \
         in verdict.message
     assert "w_uk[:D]" in verdict.message
+
+# --- round 5: chapter 10 ---
+# an int mask gets the exercise's convention (True = blocked) in its hint;
+# chapter 8's count without a LayerNorm; fc counted from n_head * d_k.
+
+WRONG["check_einsum_num_parameters"]["chapter8_sizes/no_norm"] = lambda: (
+    lambda h, d, dk, dv: 4 * (d * d + d),)
+WRONG["check_einsum_num_parameters"]["fc_from_d_k"] = lambda: (
+    lambda h, d, dk, dv: (2 * (d * h * dk + h * dk) + d * h * dv + h * dv
+                          + h * dk * d + d + 2 * d),)
+
+
+def test_round5_int_einops_mask_hint_says_true_is_blocked():
+    def as_int(valid_lens, length):
+        pad = padding_mask(valid_lens, length)[:, 0]
+        return (~(pad & causal_mask(length))).int()
+
+    verdict = _check("check_einops_mask", (as_int,))
+    assert not verdict
+    assert "True = blocked" in verdict.message
+    assert "True = may attend" not in verdict.message
+
+
+@pytest.mark.parametrize("name", ["chapter8_sizes/no_norm", "fc_from_d_k"])
+def test_round5_chapter10_counts_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_einsum_num_parameters", name)
+
+
+# --- round 5: chapter 11 ---
+# the causal attn_mask transposed; the heads never split.
+
+def _torch_masks_transposed(valid_lens, length):
+    return (~padding_mask(valid_lens, length)[:, 0, 0],
+            ~causal_mask(length).T)
+
+
+def _sdpa_one_head(m, x, mask=None):
+    q, k, v = (p(x) for p in (m.q_proj, m.k_proj, m.v_proj))
+    return m.out_proj(F.scaled_dot_product_attention(q, k, v,
+                                                     attn_mask=mask))
+
+
+WRONG["check_torch_masks"]["causal_transposed"] = lambda: (
+    _torch_masks_transposed,)
+WRONG["check_sdpa_attention"]["one_head"] = lambda: (_sdpa_one_head,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_torch_masks", "causal_transposed"),
+    ("check_sdpa_attention", "one_head")])
+def test_round5_chapter11_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
