@@ -1846,3 +1846,24 @@ WRONG["check_sdpa_attention"]["one_head"] = lambda: (_sdpa_one_head,)
     ("check_sdpa_attention", "one_head")])
 def test_round5_chapter11_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def _to_torch_always_bias(m):  # bias=True even for a bias-free m
+    t = nn.MultiheadAttention(m.d_model, m.num_heads, batch_first=True)
+    with torch.no_grad():
+        t.in_proj_weight.copy_(torch.cat(
+            [m.q_proj.weight, m.k_proj.weight, m.v_proj.weight]))
+        t.out_proj.weight.copy_(m.out_proj.weight)
+        if m.q_proj.bias is not None:
+            t.in_proj_bias.copy_(torch.cat(
+                [m.q_proj.bias, m.k_proj.bias, m.v_proj.bias]))
+            t.out_proj.bias.copy_(m.out_proj.bias)
+    return t
+
+
+WRONG["check_to_torch"]["made_with_bias"] = lambda: (_to_torch_always_bias,)
+
+
+def test_round5_bias_free_source_copied_with_biases_is_named():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_to_torch", "made_with_bias")

@@ -75,6 +75,10 @@ TO_TORCH = catalogue(
     made_without_bias=("the module was made with bias=False, but m has "
                        "biases: make it with bias=True (m.q_proj.bias is "
                        "not None) and copy them", _INSIDE),
+    made_with_bias=("m has no biases, but the module was made with "
+                    "bias=True: its zero biases give the same numbers, "
+                    "yet it has parameters m lacks; make it with "
+                    "bias=m.q_proj.bias is not None", _INSIDE),
     in_proj_bias=("in_proj_bias was not copied (out_proj.bias was): it is "
                   "cat([q_proj.bias, k_proj.bias, v_proj.bias])", _INSIDE),
     out_proj_bias=("out_proj.bias was not copied (in_proj_bias was)",
@@ -141,6 +145,8 @@ def _in_proj_problem(m: MultiHeadAttention,
             return TO_TORCH["in_proj_bias"].verdict("in_proj_bias")
         if not out_ok:
             return TO_TORCH["out_proj_bias"].verdict("out_proj.bias")
+    elif t.in_proj_bias is not None:
+        return TO_TORCH["made_with_bias"].verdict("in_proj_bias")
     return None
 
 
