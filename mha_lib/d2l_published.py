@@ -1,10 +1,11 @@
 """d2l's masked softmax and dot-product attention, as published.
 
-From Dive into Deep Learning (Zhang et al., 2023), section 11.3,
+From Dive into Deep Learning 1.0 (Zhang et al., 2023), section 11.3,
 "Attention Scoring Functions", PyTorch tab: ``masked_softmax`` and
-``DotProductAttention`` as the book prints them, with the
-``window_mask`` argument its current text adds for a later section left
-out. d2l's sample code, under its licence (LICENSE-SAMPLECODE in
+``DotProductAttention`` as the 1.0 text prints them (the edition with
+the JAX tab; an earlier draft gave ``DotProductAttention`` ``num_heads``
+and ``window_mask`` arguments, which 1.0 does not have). d2l's sample
+code, under its licence (LICENSE-SAMPLECODE in
 d2l-ai/d2l-en: Copyright 2019 Amazon.com, Inc. or its affiliates,
 permission to copy and modify).
 
@@ -53,10 +54,9 @@ def masked_softmax(X, valid_lens):
 
 class DotProductAttention(nn.Module):
     """Scaled dot product attention."""
-    def __init__(self, dropout, num_heads=None):
+    def __init__(self, dropout):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.num_heads = num_heads  # To be covered later
 
     def forward(self, queries, keys, values, valid_lens=None):
         d = queries.shape[-1]

@@ -2025,3 +2025,77 @@ def test_query_returned_unchanged_is_named():
     assert not verdict
     assert CATALOGUE["check_absorbed_query"]["unchanged"].message \
         in verdict.message
+
+# --- round 5: chapter 10 ---
+# an int mask gets the exercise's convention (True = blocked) in its hint;
+# chapter 8's count without a LayerNorm; fc counted from n_head * d_k.
+
+WRONG["check_einsum_num_parameters"]["chapter8_sizes/no_norm"] = lambda: (
+    lambda h, d, dk, dv: 4 * (d * d + d),)
+WRONG["check_einsum_num_parameters"]["fc_from_d_k"] = lambda: (
+    lambda h, d, dk, dv: (2 * (d * h * dk + h * dk) + d * h * dv + h * dv
+                          + h * dk * d + d + 2 * d),)
+
+
+def test_round5_int_einops_mask_hint_says_true_is_blocked():
+    def as_int(valid_lens, length):
+        pad = padding_mask(valid_lens, length)[:, 0]
+        return (~(pad & causal_mask(length))).int()
+
+    verdict = _check("check_einops_mask", (as_int,))
+    assert not verdict
+    assert "True = blocked" in verdict.message
+    assert "True = may attend" not in verdict.message
+
+
+@pytest.mark.parametrize("name", ["chapter8_sizes/no_norm", "fc_from_d_k"])
+def test_round5_chapter10_counts_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_einsum_num_parameters", name)
+
+
+# --- round 5: chapter 11 ---
+# the causal attn_mask transposed; the heads never split.
+
+def _torch_masks_transposed(valid_lens, length):
+    return (~padding_mask(valid_lens, length)[:, 0, 0],
+            ~causal_mask(length).T)
+
+
+def _sdpa_one_head(m, x, mask=None):
+    q, k, v = (p(x) for p in (m.q_proj, m.k_proj, m.v_proj))
+    return m.out_proj(F.scaled_dot_product_attention(q, k, v,
+                                                     attn_mask=mask))
+
+
+WRONG["check_torch_masks"]["causal_transposed"] = lambda: (
+    _torch_masks_transposed,)
+WRONG["check_sdpa_attention"]["one_head"] = lambda: (_sdpa_one_head,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_torch_masks", "causal_transposed"),
+    ("check_sdpa_attention", "one_head")])
+def test_round5_chapter11_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def _to_torch_always_bias(m):  # bias=True even for a bias-free m
+    t = nn.MultiheadAttention(m.d_model, m.num_heads, batch_first=True)
+    with torch.no_grad():
+        t.in_proj_weight.copy_(torch.cat(
+            [m.q_proj.weight, m.k_proj.weight, m.v_proj.weight]))
+        t.out_proj.weight.copy_(m.out_proj.weight)
+        if m.q_proj.bias is not None:
+            t.in_proj_bias.copy_(torch.cat(
+                [m.q_proj.bias, m.k_proj.bias, m.v_proj.bias]))
+            t.out_proj.bias.copy_(m.out_proj.bias)
+    return t
+
+
+WRONG["check_to_torch"]["made_with_bias"] = lambda: (_to_torch_always_bias,)
+
+
+def test_round5_bias_free_source_copied_with_biases_is_named():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_to_torch", "made_with_bias")

@@ -151,7 +151,8 @@ EINOPS_MASK = catalogue(
 def _blocked_convention(verdict: Verdict) -> Verdict:
     """The generic hint states the library's convention; this exercise's
     mask is the published class's, True = blocked."""
-    if "entries are wrong" not in verdict.message:
+    if "entries are wrong" not in verdict.message \
+            and "should be a bool" not in verdict.message:
         return verdict  # a catalogued mistake: its hint says it all
     return Verdict(verdict.ok, verdict.message.replace(
         "True = may attend)", "True = blocked in this exercise)"))
@@ -217,6 +218,9 @@ EINSUM_PARAMETERS = catalogue(
                     "n_head; here d_k and d_v are free: w_qs and w_ks have "
                     "n_head * d_k outputs, w_vs n_head * d_v",
                     "The running example and the module"),
+    fc_from_d_k=("fc is counted from n_head * d_k inputs; it takes the "
+                 "heads' outputs, n_head * d_v features (d_k and d_v are "
+                 "free)", "The running example and the module"),
     d_k_d_v_swapped=("d_k and d_v are swapped: queries and keys have "
                      "n_head * d_k features, values n_head * d_v",
                      "The running example and the module"),
@@ -259,6 +263,9 @@ def _wrong_counts(n_head: int, d_model: int, d_k: int, d_v: int) -> list:
             (EINSUM_PARAMETERS["no_projection_biases"],
              count(d_k, d_v, in_bias=False)),
             (EINSUM_PARAMETERS["chapter8_sizes"], square),
+            (EINSUM_PARAMETERS["chapter8_sizes"], square - 2 * d_model),
+            (EINSUM_PARAMETERS["fc_from_d_k"],
+             count(d_k, d_v, fc_in=n_head * d_k)),
             (EINSUM_PARAMETERS["no_biases"], count(d_k, d_v, bias=False)),
             (EINSUM_PARAMETERS["d_k_d_v_swapped"], count(d_v, d_k)),
             (EINSUM_PARAMETERS["square_fc"],
@@ -291,7 +298,7 @@ SPLIT_QKV = catalogue(
     per_head=("that reads the features head by head, (h three d), UvA's "
               "per-head layout; here all the queries come first, then "
               "all the keys, then all the values: '(three h d)'",
-              "Another fused layout: UvA's per-head `qkv_proj`", 11),
+              "Another fused layout: UvA's `qkv_proj`", 5),
     role_inner=("'(h d three)' puts q, k and v side by side in every "
                 "feature; the fused projection stacks them one after the "
                 "other, three the outermost: '(three h d)'", _REARRANGE),

@@ -75,6 +75,10 @@ TO_TORCH = catalogue(
     made_without_bias=("the module was made with bias=False, but m has "
                        "biases: make it with bias=True (m.q_proj.bias is "
                        "not None) and copy them", _INSIDE),
+    made_with_bias=("m has no biases, but the module was made with "
+                    "bias=True: its zero biases give the same numbers, "
+                    "yet it has parameters m lacks; make it with "
+                    "bias=m.q_proj.bias is not None", _INSIDE),
     in_proj_bias=("in_proj_bias was not copied (out_proj.bias was): it is "
                   "cat([q_proj.bias, k_proj.bias, v_proj.bias])", _INSIDE),
     out_proj_bias=("out_proj.bias was not copied (in_proj_bias was)",
@@ -141,6 +145,8 @@ def _in_proj_problem(m: MultiHeadAttention,
             return TO_TORCH["in_proj_bias"].verdict("in_proj_bias")
         if not out_ok:
             return TO_TORCH["out_proj_bias"].verdict("out_proj.bias")
+    elif t.in_proj_bias is not None:
+        return TO_TORCH["made_with_bias"].verdict("in_proj_bias")
     return None
 
 
@@ -210,6 +216,9 @@ TORCH_MASKS = catalogue(
              _MASKS),
     diagonal=("attn_mask also blocks the diagonal: a token may attend "
               "itself, so block only j > i", _MASKS),
+    causal_transposed=("attn_mask is transposed: it blocks the past (j < "
+                       "i), not the future; row i is query i and column j "
+                       "key j, so block j > i, ~causal_mask(L)", _MASKS),
     float_mask=("a float mask is added to the scores, so a 0/1 mask blocks "
                 "nothing (and ~ does not invert a float tensor): keep the "
                 "bool masks and invert them, ~valid and ~causal", _MASKS),
@@ -269,7 +278,8 @@ def check_torch_masks(
                 ("batched_attn_mask", isinstance(attn_mask, torch.Tensor)
                  and attn_mask.dim() > 2
                  and attn_mask.size(0) != batch * m.num_heads),
-                ("diagonal", same(attn_mask, ~causal.tril(-1)))):
+                ("diagonal", same(attn_mask, ~causal.tril(-1))),
+                ("causal_transposed", same(attn_mask, ~causal.T))):
             if found:
                 return TORCH_MASKS[mistake].verdict(call.label)
         with torch.no_grad():
@@ -328,6 +338,10 @@ SDPA = catalogue(
                   "back: merge_heads (or transpose(1, 2) before the "
                   "reshape)", "The wrong way: reshape without the "
                               "transpose", 8),
+    one_head=("the heads were never split: the kernel on (B, L, d_model) "
+              "is attention with one head of width d_model; split_heads "
+              "before the kernel, merge_heads after",
+              "Which features belong to which head", 5),
     view_split=("the heads were split with a view (B, H, L, D) alone: "
                 "that cuts the sequence, not the features, into heads; "
                 "split_heads (view (B, L, H, D), then transpose(1, 2))",
@@ -364,6 +378,8 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
     with torch.no_grad():
         q, k, v = (split_heads(project(p), m.num_heads)
                    for p in (m.q_proj, m.k_proj, m.v_proj))  # (B, H, L, D)
+        if how == "one_head":  # (B, L, d_model): never split, wrong
+            q, k, v = (project(p) for p in (m.q_proj, m.k_proj, m.v_proj))
         if how.startswith("view_split"):  # (B, H, L, D) by a view, wrong
             q, k, v = (p(x).view(x.size(0), m.num_heads, x.size(1), -1)
                        for p in (m.q_proj, m.k_proj, m.v_proj))
@@ -375,7 +391,7 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
             mask = None
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                scale=scale)
-        if how in ("no_transpose", "view_split"):
+        if how in ("no_transpose", "view_split", "one_head"):
             merged = heads.reshape(x.shape)  # (B, L, d_model), wrong
         else:
             merged = heads.transpose(1, 2).reshape(x.shape)  # (B, L, d)
@@ -442,6 +458,8 @@ def check_sdpa_attention(
                      (SDPA["no_transpose"], "no_transpose"),
                      (SDPA["view_split"], "view_split"),
                      (SDPA["view_split"], "view_split_merge_heads")]
+            if mask is None:  # a (B, 1, L, L) mask would not fit
+                wrong.append((SDPA["one_head"], "one_head"))
             if mask is not None:
                 wrong += [(SDPA[how], how) for how in
                           ("inverted", "float_mask", "mask_ignored")]
