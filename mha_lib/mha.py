@@ -99,8 +99,8 @@ class MultiHeadAttention(nn.Module):
                 (self-attention).
             value: ``(B, Lk, d_model)``; defaults to ``key``.
             mask: bool (True = may attend) or float (added to the scores),
-                of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)`` (``B|1``: ``B``
-                or 1, broadcast over the batch; ``H|1`` likewise). The
+                of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)`` (``B|1``:
+                ``B`` or 1, broadcast over the batch; ``H|1`` likewise). The
                 shapes and values it refuses are under Note.
             need_weights: True runs the explicit path derived in the book
                 and returns the weights; False runs PyTorch's fused
@@ -284,12 +284,13 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                is_causal: bool = False, scale: float | None = None,
                enable_gqa: bool = False) -> torch.Tensor:
     """``F.scaled_dot_product_attention`` ``(..., Lq, Dv)``, with zeros
-    guaranteed on a query row that may attend nothing, as on the explicit path.
+    guaranteed on a query row that may attend nothing, as on the explicit
+    path.
 
-    PyTorch's kernel gives zeros there too since 2.5 (NaN before, and on some
-    back ends still); the library does not rely on it: the kernel is let
-    attend everything on such a row (finite numbers and gradients), and the
-    row is zeroed afterwards.
+    PyTorch's kernel gives zeros there too since 2.5 (NaN before, and on
+    some back ends still); the library does not rely on it: the kernel is
+    let attend everything on such a row (finite numbers and gradients), and
+    the row is zeroed afterwards.
 
     Args:
         q: Queries ``(..., Lq, E)``, as ``F.scaled_dot_product_attention``

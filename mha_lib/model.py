@@ -24,9 +24,9 @@ __all__ = ["TinyTransformer", "decode_speed"]
 
 class TinyTransformer(nn.Module):
     """Decoder-only language model: token + learned position embeddings,
-    ``num_layers`` pre-norm blocks (:class:`~mha_lib.TransformerBlock`, GELU,
-    ``d_ff = 4 * d_model`` unless given), a final LayerNorm and a linear
-    head to ``vocab_size`` logits.
+    ``num_layers`` pre-norm blocks (:class:`~mha_lib.TransformerBlock`,
+    GELU, ``d_ff = 4 * d_model`` unless given), a final LayerNorm and a
+    linear head to ``vocab_size`` logits.
 
     ``forward(idx (B, L), cache=None, need_weights=False)`` returns logits
     ``(B, L, V)``, and with ``need_weights=True`` also the attention weights

@@ -208,8 +208,8 @@ TORCH_MASKS = catalogue(
                      "so invert it", _MASKS),
     padding_shape=("key_padding_mask is (B, Lk), one row per sentence: "
                    "drop the two broadcast axes of padding_mask (a 4-D one "
-                   "passes only in eval mode without gradients, PyTorch's "
-                   "fast path, and training refuses it)", _MASKS),
+                   "slips through only on PyTorch's eval fast path, with "
+                   "an attn_mask beside it; training refuses it)", _MASKS),
     batched_attn_mask=("attn_mask is shared by the batch: (L, L); a 3-D "
                        "one would be (B * num_heads, L, L)", _MASKS),
     swapped=("the pair is (key_padding_mask, attn_mask), in that order",

@@ -43,7 +43,7 @@ WINDOW = catalogue(
                 _FLEX),
     inverted=("the mask is True where a key is hidden; a mask_mod returns "
               "True where the query may attend", _FLEX),
-    python_and=("the indices are tensors: combine the two conditions with "
+    python_and=("The indices are tensors: combine the two conditions with "
                 "&, not Python's and", _FLEX),
 )
 
@@ -264,7 +264,8 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
 
         def flex_attention_with_your_score_mod(score_mod=made.value):
             with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*without torch.compile")
+                warnings.filterwarnings(
+                    "ignore", message=".*without torch.compile")
                 return flex_attention(q, k, v, score_mod=score_mod)
 
         call = attempt(flex_attention_with_your_score_mod, shown="")
