@@ -2099,3 +2099,72 @@ WRONG["check_to_torch"]["made_with_bias"] = lambda: (_to_torch_always_bias,)
 def test_round5_bias_free_source_copied_with_biases_is_named():
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_to_torch", "made_with_bias")
+
+
+# --- round 6: chapter 9 ---
+# lengths returned as floats (repeat_interleave keeps the integer dtype).
+
+WRONG["check_repeat_lens"]["float_lengths"] = lambda: (
+    lambda v, h: v.unsqueeze(1).expand(-1, h, *v.shape[1:])
+    .reshape(-1, *v.shape[1:]).float(),)
+
+
+def test_round6_float_lengths_are_named():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_repeat_lens", "float_lengths")
+
+
+# --- round 6: chapter 10 ---
+# k read as already transposed, 'bhld,bhdt->bhlt'.
+
+WRONG["check_einsum_scores"]["k_transposed"] = lambda: (
+    lambda q, k: torch.einsum("bhld,bhdt->bhlt", q, k)
+    / math.sqrt(q.size(-1)),)
+
+
+def test_round6_k_transposed_einsum_is_not_called_a_key_letter():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_einsum_scores", "k_transposed")
+    verdict = _check("check_einsum_scores", WRONG["check_einsum_scores"][
+        "k_transposed"]())
+    assert CATALOGUE["check_einsum_scores"]["key_letter"].message \
+        not in verdict.message
+
+
+# --- round 6: chapter 11 ---
+# the weights concatenated along dim 1 and reshaped; rows from nowhere;
+# additive float masks accepted without the word "True = blocked" alone.
+
+def _to_torch_rows(rows):
+    def fn(m):
+        t = nn.MultiheadAttention(m.d_model, m.num_heads,
+                                  bias=m.q_proj.bias is not None,
+                                  batch_first=True)
+        with torch.no_grad():
+            t.in_proj_weight.copy_(rows(m))
+        return t
+    return fn
+
+
+WRONG["check_to_torch"]["cat_dim1"] = lambda: (_to_torch_rows(
+    lambda m: torch.cat([m.q_proj.weight, m.k_proj.weight,
+                         m.v_proj.weight], dim=1).reshape(
+        3 * m.d_model, m.d_model)),)
+WRONG["check_to_torch"]["unknown_rows"] = lambda: (_to_torch_rows(
+    lambda m: torch.ones(3 * m.d_model, m.d_model)),)
+
+
+@pytest.mark.parametrize("name", ["cat_dim1", "unknown_rows"])
+def test_round6_in_proj_rows_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_to_torch", name)
+
+
+def test_round6_additive_float_masks_are_accepted_as_float_masks():
+    def additive(valid_lens, length):
+        valid = padding_mask(valid_lens, length)[:, 0, 0]
+        return tuple(torch.zeros(b.shape).masked_fill(b, float("-inf"))
+                     for b in (~valid, ~causal_mask(length)))
+
+    verdict = _check("check_torch_masks", (additive,))
+    assert verdict
+    assert "additive float masks" in verdict.message

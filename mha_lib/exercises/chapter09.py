@@ -38,6 +38,9 @@ REPEAT = catalogue(
     one_d_only=("that works for (B,) lengths only: valid_lens may also be "
                 "(B, Lq), so keep the axes after the batch axis "
                 "(valid_lens.shape[1:])", _TWO_D),
+    float_lengths=("the lengths became floats: repeat_interleave keeps "
+                   "the integer dtype of valid_lens; drop the .float()",
+                   _ONCE_PER_HEAD),
 )
 
 
@@ -76,6 +79,12 @@ def check_repeat_lens(
                 return call.verdict
             expected = torch.repeat_interleave(valid_lens,
                                                repeats=num_heads, dim=0)
+            value = call.value
+            if (isinstance(value, torch.Tensor)
+                    and value.is_floating_point()
+                    and value.shape == expected.shape
+                    and torch.equal(value, expected.to(value.dtype))):
+                return REPEAT["float_lengths"].verdict(call.label)
             problem = check_tensor(
                 call.label, call.value, expected, atol=0, rtol=0,
                 axes="(B*H,)" if not rest else "(B*H, Lq)", mistakes=[

@@ -68,12 +68,24 @@ SCORES = catalogue(
                 "the queries' letter l for both, einsum pairs query l "
                 "only with key l, and Lq != Lk does not even fit; write "
                 "'bhld,bhtd->bhlt'", _SCORES),
+    k_transposed=("k is (B, H, Lk, D), not transposed: its subscripts "
+                  "are b, h, then the key position, then the summed d, "
+                  "'bhtd'; 'bhdt' reads k as (B, H, D, Lk) and pairs d "
+                  "with Lk", _SCORES),
 )
 
 
 def _explain_key_letter(error: BaseException, record) -> object:
-    text = str(error)
-    return SCORES["key_letter"] if "subscript" in text else None
+    if "subscript" not in str(error):
+        return None
+    for _, args, _ in record.find(torch.einsum):
+        spec = args[0] if args and isinstance(args[0], str) else ""
+        operands = spec.replace(" ", "").split("->")[0].split(",")
+        if len(operands) == 2 and len(operands[0]) == len(operands[1]) == 4:
+            (*_, q_pos, q_dim), (*_, k_pos, k_dim) = operands
+            if k_pos == q_dim and k_dim != q_dim:  # k read as (.., D, Lk)
+                return SCORES["k_transposed"]
+    return SCORES["key_letter"]
 
 
 def check_einsum_scores(

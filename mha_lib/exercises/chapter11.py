@@ -69,6 +69,14 @@ TO_TORCH = catalogue(
                 "them, (out, in)", _INSIDE),
     stacked_wrong_axis=("stack the three (d_model, d_model) weights along "
                         "dim 0, into (3 d_model, d_model)", _INSIDE),
+    cat_dim1=("the three weights were concatenated along dim 1 (their "
+              "columns) and reshaped: that interleaves the rows of W_q, "
+              "W_k and W_v; concatenate along dim 0, torch.cat([W_q, W_k, "
+              "W_v]), which is already (3 d_model, d_model)", _INSIDE),
+    unknown_rows=("it does not hold the weights of q_proj, k_proj and "
+                  "v_proj: rows 0..d-1 are W_q, d..2d-1 W_k, "
+                  "2d..3d-1 W_v, each as nn.Linear stores it (out, in)",
+                  _INSIDE),
     out_proj=("out_proj was not copied", _INSIDE),
     biases=("the biases were not copied: in_proj_bias = cat of the "
             "three biases, and out_proj.bias", _INSIDE),
@@ -127,8 +135,12 @@ def _in_proj_problem(m: MultiHeadAttention,
             return TO_TORCH["transposed"].verdict("in_proj_weight")
         if torch.equal(given, _per_head(right, m.num_heads)):
             return TO_TORCH["per_head"].verdict("in_proj_weight")
-        return Verdict(False, "in_proj_weight does not hold the weights "
-                              "of q_proj, k_proj and v_proj")
+        for wrong in (torch.cat([w[c] for c in "qkv"], dim=1),
+                      torch.stack([w[c] for c in "qkv"], dim=1),
+                      torch.stack([w[c] for c in "qkv"], dim=2)):
+            if torch.equal(given, wrong.detach().reshape(given.shape)):
+                return TO_TORCH["cat_dim1"].verdict("in_proj_weight")
+        return TO_TORCH["unknown_rows"].verdict("in_proj_weight")
     if not torch.equal(t.out_proj.weight.detach(),
                        m.out_proj.weight.detach()):
         return TO_TORCH["out_proj"].verdict("out_proj.weight")
@@ -297,6 +309,12 @@ def check_torch_masks(
                 run.value[0], want)
             if problem is not None:
                 return problem
+    if key_padding_mask.is_floating_point() \
+            or attn_mask.is_floating_point():
+        return Verdict(
+            True, "additive float masks (-inf where blocked) work too; "
+                  "the bool pair is key_padding_mask = ~valid, "
+                  "attn_mask = ~causal, True = blocked")
     return Verdict(
         True,
         "key_padding_mask = ~valid, attn_mask = ~causal: True = blocked")
