@@ -2168,3 +2168,32 @@ def test_round6_additive_float_masks_are_accepted_as_float_masks():
     verdict = _check("check_torch_masks", (additive,))
     assert verdict
     assert "additive float masks" in verdict.message
+
+# --- round 6: chapter 1 ---
+# sorted words numbered from 2 (a gap after "<pad>"); a hand-written
+# batch left ragged; a hand-written list answer is accepted.
+WRONG["check_vocab"]["offset"] = lambda: ({"<pad>": 0, **{
+    w: i + 2 for i, w in enumerate(sorted(build_vocab(SENTENCES)))}},)
+WRONG["check_padded_batch"]["ragged"] = lambda: (
+    [[12, 13, 3, 8], [1, 2, 10]], [4, 3])
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_vocab", "offset"), ("check_padded_batch", "ragged")])
+def test_round6_chapter1_mistake_is_refused_with_its_hint(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def test_round6_offset_vocab_is_not_called_unsorted():
+    verdict = _check("check_vocab", WRONG["check_vocab"]["offset"]())
+    assert CATALOGUE["check_vocab"]["unsorted"].message \
+        not in verdict.message
+
+
+def test_round6_hand_written_lists_are_accepted():
+    assert _check("check_padded_batch",
+                  ([[12, 13, 3, 8], [1, 2, 10, 0]], [4, 3]))
+    verdict = _check("check_padded_batch",
+                     ([[12, 13, 3, 8], [1, 2, 10, 0]], [4, 4]))
+    assert CATALOGUE["check_padded_batch"]["padded_lengths"].message \
+        in verdict.message

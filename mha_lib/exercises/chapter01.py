@@ -119,11 +119,15 @@ VOCAB = catalogue(
                "so with \"<pad>\" first every word moves up by one; pass "
                "\"<pad>\" to build_vocab as a special token",
                "Padding sentences of different lengths"),
-    unsorted=("the words are numbered in the order they first appear; "
-              "build_vocab sorts them, so the ids do not depend on the "
-              "order of the sentences", "The vocabulary"),
+    unsorted=("the ids do not follow the sorted order of the words "
+              "(numbered as they first appear?); build_vocab sorts them, "
+              "so the ids do not depend on the order of the sentences",
+              "The vocabulary"),
     commas=("\"hello,\" and \"hello\" are different tokens: build the "
             "vocabulary with tokenize, as it is", "Tokenization"),
+    offset=("the words are in sorted order, but their ids should "
+            "follow \"<pad>\" without a gap: \"a\" is 1, \"basic\" 2, "
+            "and so on", "The vocabulary"),
 )
 
 
@@ -151,6 +155,8 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
     if len(set(stoi.values())) < len(stoi):
         return VOCAB["shared_id"].verdict("stoi")
     if set(stoi) == set(expected):
+        if sorted(words, key=stoi.__getitem__) == words:
+            return VOCAB["offset"].verdict("stoi")
         return VOCAB["unsorted"].verdict("stoi")
     missing = sorted(set(expected) - set(stoi))
     extra = sorted(set(stoi) - set(expected))
@@ -177,13 +183,32 @@ PADDED = catalogue(
     swapped=("the rows are in the wrong order: row 0 is \"What will "
              "come next?\", row 1 \"A basic split!\"",
              "Padding sentences of different lengths"),
+    ragged=("the rows have different lengths: pad the shorter one with "
+            "the id of \"<pad>\" to the length of the longer",
+            "Padding sentences of different lengths"),
 )
 
 
+def _as_tensor(value: object) -> object:
+    """A list or tuple of numbers as a tensor (a hand-written answer);
+    anything else, or a ragged list, unchanged."""
+    if isinstance(value, list | tuple):
+        try:
+            return torch.tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            return value
+    return value
+
+
 def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
-    """Exercise 1.3: ``"What will come next?"`` and ``"A basic split!"`` as
+    """Exercise 1.2: ``"What will come next?"`` and ``"A basic split!"`` as
     one batch, padded with the ``"<pad>"`` id of :func:`check_vocab`'s
-    vocabulary."""
+    vocabulary; tensors or (hand-written) lists."""
+    if isinstance(ids, list | tuple) and len(ids) > 1 and all(
+            isinstance(row, list | tuple) for row in ids) \
+            and len({len(row) for row in ids}) > 1:
+        return PADDED["ragged"].verdict("ids")
+    ids, lengths = _as_tensor(ids), _as_tensor(lengths)
     stoi = build_vocab(SENTENCES, specials=("<pad>",))
     texts = ["What will come next?", "A basic split!"]
     want_ids, want_lengths = encode(texts, stoi, pad_id=0)
