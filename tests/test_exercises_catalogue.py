@@ -1379,7 +1379,7 @@ WRONG = {
         "no_diagonal": lambda: (lambda q, p: torch.arange(p + q)[None]
                                 < p + torch.arange(q)[:, None],),
         "inverted": lambda: (lambda q, p: ~chunk_mask(q, p),),
-        "tril": lambda: (lambda q, p: causal_mask(q, p + q),),
+        "library": lambda: (lambda q, p: causal_mask(q, p + q),),
     },
     "check_copy_batch": {
         "reversed": lambda: (lambda n, g: copy_batch(n, g, "reversed"),),
@@ -2197,3 +2197,22 @@ def test_round6_hand_written_lists_are_accepted():
                      ([[12, 13, 3, 8], [1, 2, 10, 0]], [4, 4]))
     assert CATALOGUE["check_padded_batch"]["padded_lengths"].message \
         in verdict.message
+
+# --- round 6: chapter 14 ---
+# a top-left tril is named as the alignment mistake, not refused for style;
+# a correct tril(past) is accepted.
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_round6_top_left_tril_is_named_as_the_alignment_mistake(dtype):
+    verdict = _check("check_chunk_mask", (
+        lambda q, p: torch.ones(q, p + q, dtype=dtype).tril(),))
+    assert not verdict
+    assert CATALOGUE["check_chunk_mask"]["top_left"].message \
+        in verdict.message
+
+
+def test_round6_correct_tril_is_accepted():
+    verdict = _check("check_chunk_mask", (
+        lambda q, p: torch.ones(q, p + q, dtype=torch.bool).tril(p),))
+    assert verdict
+    assert "tril(past)" in verdict.message

@@ -163,29 +163,33 @@ CHUNK = catalogue(
                  "included", _ALIGN),
     inverted=("the mask is True where a key is hidden; True means \"may "
               "attend\"", _ALIGN),
-    tril=("the exercise builds it with torch.arange and a comparison, "
-          "without tril (or causal_mask)", _ALIGN),
+    library=("the values are right, but causal_mask is the library's "
+             "answer: build the mask yourself, with torch.arange and a "
+             "comparison", _ALIGN),
 )
 
 
 def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
     """Exercise 14.3: ``fn(q_len, past)`` is the bool mask
     ``(q_len, past + q_len)`` for a chunk of ``q_len`` new tokens after
-    ``past`` cached ones (True = may attend), built with ``torch.arange``
-    and a comparison, not ``tril``."""
+    ``past`` cached ones (True = may attend), built by the reader (with
+    ``torch.arange`` and a comparison, or ``tril(past)``), not with the
+    library's ``causal_mask``."""
     names = source_names(fn)
+    used_tril = False
     for q_len, past in ((3, 4), (1, 5), (1, 0), (4, 0), (2, 7)):
         call = attempt(fn, q_len, past)
         if call.verdict is not None:
             return call.verdict
-        if call.record.used(torch.tril, torch.Tensor.tril, torch.triu,
-                            torch.Tensor.triu, torch.tril_indices,
-                            torch.triu_indices) \
-                or names & {"causal_mask", "sliding_window_mask", "tril",
-                            "triu"}:
-            return CHUNK["tril"].verdict(call.label)
         expected = causal_mask(q_len, past + q_len)
         ones = torch.ones(q_len, past + q_len, dtype=torch.bool)
+        # The values first: a top-left tril is named as the alignment
+        # mistake it is, whatever built it (and whatever its dtype).
+        value = call.value
+        if isinstance(value, torch.Tensor) and value.dtype != torch.bool \
+                and value.shape == ones.shape and past \
+                and torch.equal(value != 0, ones.tril()):
+            return CHUNK["top_left"].verdict(call.label)
         problem = check_tensor(
             call.label, call.value, expected, axes="(q_len, past + q_len)",
             mistakes=[
@@ -196,6 +200,17 @@ def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
             ])
         if problem is not None:
             return problem
+        if names & {"causal_mask", "sliding_window_mask"}:
+            return CHUNK["library"].verdict(call.label)
+        used_tril |= bool(call.record.used(
+            torch.tril, torch.Tensor.tril, torch.triu, torch.Tensor.triu,
+            torch.tril_indices, torch.triu_indices)) \
+            or bool(names & {"tril", "triu"})
+    if used_tril:
+        return Verdict(
+            True, "tril(past) keeps the diagonal offset by past, which is "
+                  "the bottom-right alignment; the comparison j <= past + "
+                  "i says the same without a library call")
     return Verdict(
         True, "new token i is position past + i: it sees keys 0 to "
               "past + i, as causal_mask(q_len, past + q_len) does")
