@@ -2216,3 +2216,24 @@ def test_round6_correct_tril_is_accepted():
         lambda q, p: torch.ones(q, p + q, dtype=torch.bool).tril(p),))
     assert verdict
     assert "tril(past)" in verdict.message
+
+# --- round 6: chapter 17 ---
+
+WRONG["check_softcap_score_mod"]["math_tanh"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: cap * math.tanh(s / cap),)
+WRONG["check_alibi_slopes"]["halves"] = lambda: (
+    lambda n: [2.0 ** -(h + 1) for h in range(n)],)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_softcap_score_mod", "math_tanh"),
+    ("check_alibi_slopes", "halves")])
+def test_round6_chapter17_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def test_round6_math_tanh_gets_no_compiler_error():
+    verdict = _check("check_softcap_score_mod",
+                     WRONG["check_softcap_score_mod"]["math_tanh"]())
+    assert "data-dependent" not in verdict.message
+    assert "raised" not in verdict.message

@@ -109,6 +109,9 @@ SLOPES = catalogue(
               _ALIBI),
     from_zero=("the first slope is 2^(-8/H), not 2^0 = 1: the exponent "
                "is -8 (h + 1) / H for h = 0, 1, ..., not -8 h / H", _ALIBI),
+    halves=("that is 1/2, 1/4, 1/8, ... whatever H, right for 8 heads "
+            "only: the slopes are 2^(-8 (h + 1) / H), so their ratio "
+            "depends on H", _ALIBI),
     half=("the values are right but stored in a 16-bit dtype, float16 "
           "or bfloat16, which keeps only 11 or 8 significant bits: "
           "return float32 (or a list of Python floats)", _ALIBI),
@@ -176,6 +179,9 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                 (SLOPES["odd_extra"],
                  torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
                 (SLOPES["negative"], -expected),
+                (SLOPES["halves"], torch.tensor(
+                    [2.0 ** -(h + 1) for h in range(num_heads)],
+                    dtype=torch.float64)),
                 (SLOPES["from_zero"],
                  torch.tensor(_from_zero(num_heads), dtype=torch.float64)),
             ])
@@ -237,7 +243,14 @@ SOFTCAP = catalogue(
            _FLEX),
     scaled_again=("the score a score_mod receives is already "
                   "q . k / sqrt(D): do not scale it again", _FLEX),
+    math_tanh=("math.tanh takes one Python number, but score is a tensor "
+               "(flex_attention calls the score_mod on all the scores at "
+               "once): use torch.tanh", _FLEX),
 )
+
+# What math.tanh (or float()) on the score tensor raises inside
+# flex_attention: a guard on a data-dependent value, or a conversion.
+_PYTHON_MATH = ("data-dependent", "real number", "python scalar")
 
 
 def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
@@ -269,6 +282,10 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
                 return flex_attention(q, k, v, score_mod=score_mod)
 
         call = attempt(flex_attention_with_your_score_mod, shown="")
+        if call.verdict is not None and any(
+                word in str(call.error).lower() for word in _PYTHON_MATH):
+            return SOFTCAP["math_tanh"].verdict(
+                f"the score_mod of {made.label}")
         if call.verdict is not None:
             return Verdict(False, f"the score_mod of {made.label}: "
                                   f"{call.verdict.message}")
