@@ -2237,3 +2237,77 @@ def test_round6_math_tanh_gets_no_compiler_error():
                      WRONG["check_softcap_score_mod"]["math_tanh"]())
     assert "data-dependent" not in verdict.message
     assert "raised" not in verdict.message
+
+# --- round 6: chapter 4 ---
+# Exercise 4.4: a previous-token head on the positions alone.
+
+def _one_step_back():  # M with PE[p + 1]^T = M PE[p]^T, d_model = 8
+    i = torch.arange(4, dtype=torch.float64)
+    angle = 10000.0 ** (-2 * i / 8)  # (4,): omega_i, one step
+    c, s = angle.cos(), angle.sin()
+    return torch.block_diag(*[torch.tensor([[c[j], s[j]], [-s[j], c[j]]])
+                              for j in range(4)]).float()
+
+
+def _layer(weight, bias=False):
+    layer = nn.Linear(8, 8, bias=bias)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+    return layer
+
+
+def _previous_shared():
+    q = _layer(10 * _one_step_back().T)
+    return q, q
+
+
+RIGHT["check_previous_token"] = [
+    lambda: (_layer(10 * _one_step_back().T), _layer(torch.eye(8))),
+    lambda: (_layer(torch.eye(8), bias=True),  # keys one step on
+             _layer(10 * _one_step_back())),
+    lambda: (lambda p: p @ (10 * _one_step_back()), lambda p: p),
+]
+WRONG["check_previous_token"] = {
+    "shared": _previous_shared,
+    "next_token": lambda: (_layer(10 * _one_step_back()),
+                           _layer(torch.eye(8))),
+    "itself": lambda: (_layer(10 * torch.eye(8)), _layer(torch.eye(8))),
+    "too_flat": lambda: (_layer(_one_step_back().T), _layer(torch.eye(8))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG["check_previous_token"]))
+def test_round6_previous_token_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_previous_token", name)
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_round6_previous_token_right_answers(i):
+    test_a_right_answer_is_accepted("check_previous_token", i)
+
+
+def test_round6_random_layers_are_not_a_previous_token_head():
+    torch.manual_seed(0)
+    verdict = exercises.check_previous_token(nn.Linear(8, 8),
+                                             nn.Linear(8, 8))
+    assert not verdict
+    assert "Traceback" not in verdict.message
+
+
+# --- round 6: chapter 3 ---
+# a right table returned in half precision gets a dtype hint, not a ratio.
+
+WRONG["check_sinusoidal"]["half"] = lambda: (
+    lambda length, d_model: sinusoidal_power(length, d_model).half(),)
+WRONG["check_sinusoidal"]["half/bfloat16"] = lambda: (
+    lambda length, d_model: sinusoidal_loops(length,
+                                             d_model).bfloat16(),)
+
+
+@pytest.mark.parametrize("name", ["half", "half/bfloat16"])
+def test_round6_half_precision_table_gets_the_dtype_hint(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_sinusoidal",
+                                                      name)
+    verdict = _check("check_sinusoidal", WRONG["check_sinusoidal"][name]())
+    assert "factor" not in verdict.message

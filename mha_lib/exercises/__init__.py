@@ -37,6 +37,7 @@ from mha_lib.exercises.chapter03 import (
 )
 from mha_lib.exercises.chapter04 import (
     check_fused_projection,
+    check_previous_token,
     check_projection,
     check_projection_parameters,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "check_projection",
     "check_fused_projection",
     "check_projection_parameters",
+    "check_previous_token",
     "check_split_heads",
     "check_merge_heads",
     "check_head_columns",

@@ -48,6 +48,9 @@ SINUSOIDAL = catalogue(
                 "they are divided by it", _FORMULA),
     from_one=("the positions start at 1; they start at 0, so row 0 is "
               "(0, 1, 0, 1, ...)", _FORMULA),
+    half=("the table is in half precision, which keeps about 3 "
+          "digits; compute and return it in float32, the dtype of "
+          "torch.arange(...) / 10000.0 ** ...", _FORMULA),
 )
 
 
@@ -86,6 +89,11 @@ def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                 or names & {"exp", "log", "sinusoidal_encoding",
                             "PositionalEncoding"}):
             shortcut = call.label
+        value = call.value
+        if isinstance(value, torch.Tensor) and value.dtype in (
+                torch.float16, torch.bfloat16):
+            return SINUSOIDAL["half"].verdict(
+                f"{call.label} returned {value.dtype}")
         # Other ways of computing 10000^(2i/d) differ in the last bits;
         # angles up to 99 turn that into differences of about 1e-5, so
         # allow 1e-4.

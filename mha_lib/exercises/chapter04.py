@@ -17,11 +17,13 @@ from mha_lib.exercises.verdict import (
     check_tensor,
 )
 from mha_lib.mha import MultiHeadAttention
+from mha_lib.positional import sinusoidal_encoding
 
 __all__ = [
     "check_projection",
     "check_fused_projection",
     "check_projection_parameters",
+    "check_previous_token",
 ]
 
 
@@ -246,3 +248,69 @@ def check_projection_parameters(n: int, d_model: int = 512) -> Verdict:
         True,
         f"3 x ({d_model} x {d_model} + {d_model}) = {expected:,}, "
         "whatever the number of heads")
+
+
+_AT_WORK = "The projections at work"
+
+PREVIOUS = catalogue(
+    "check_previous_token", 4,
+    shared=("one layer for queries and keys: the scores q_t . q_j are "
+            "symmetric, and a token's own score |q_t|^2 tops its row "
+            "when all queries are equally long (rotated positions are). "
+            "Give the keys a layer of their own", _AT_WORK),
+    next_token=("every token looks at the next one, t + 1: nn.Linear "
+                "stores the transpose of W (weight is (out, in)), so "
+                "weight = M makes W^Q = M^T, a step on; store M^T",
+                "Three linear layers"),
+    itself=("every token looks at itself: q_t . k_j still peaks at "
+            "j = t, as with W^Q (W^K)^T = I; move the queries one step "
+            "back (or the keys one step on) first", _AT_WORK),
+    too_flat=("token t - 1 tops every row, but the softmax is too "
+              "flat: scale W^Q up (say 10 times); the scores grow with "
+              "it and the largest weight with them", _AT_WORK),
+)
+
+
+def check_previous_token(q_proj: Callable[[torch.Tensor], torch.Tensor],
+                         k_proj: Callable[[torch.Tensor], torch.Tensor]
+                         ) -> Verdict:
+    """Exercise 4.4: two ``nn.Linear(8, 8)`` layers with which, on the
+    positions alone (``sinusoidal_encoding(6, 8)``), every token t >= 1
+    puts at least half of its attention weight
+    ``softmax(Q K^T / sqrt(8))`` on token t - 1."""
+    pos = sinusoidal_encoding(6, 8)  # (L, d_model): positions only
+    with torch.no_grad():
+        q_call, k_call = attempt(q_proj, pos), attempt(k_proj, pos)
+    for call in (q_call, k_call):
+        if call.verdict is not None:
+            return call.verdict
+    Q, K = q_call.value, k_call.value
+    for name, t in (("q_proj(pos)", Q), ("k_proj(pos)", K)):
+        if not isinstance(t, torch.Tensor) or t.shape != (6, 8):
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) \
+                else type(t).__name__
+            return Verdict(False, f"{name}: expected shape (L, d_model) "
+                                  f"= (6, 8), got {shape}")
+    weights = (Q.double() @ K.double().T / 8**0.5).softmax(dim=-1)
+    rows = torch.arange(1, 6)  # tokens t = 1 .. 5
+    favourite = weights[1:].argmax(dim=-1) - rows  # (5,): j - t
+    on_previous = weights[rows, rows - 1]  # (5,): weight on t - 1
+    if bool((favourite == -1).all()) and bool((on_previous >= 0.5).all()):
+        return Verdict(
+            True, f"every token t = 1..5 puts {on_previous.min():.2f} or "
+                  "more of its weight on t - 1: a previous-token head")
+    if q_proj is k_proj or torch.equal(Q, K):
+        return PREVIOUS["shared"].verdict("q_proj, k_proj")
+    if bool((favourite == -1).all()):
+        return PREVIOUS["too_flat"].verdict(
+            f"least weight on t - 1: {on_previous.min():.2f}")
+    inner = favourite[:-1]  # t = 1 .. 4: t + 1 exists
+    if bool((inner == 1).all()):
+        return PREVIOUS["next_token"].verdict("q_proj, k_proj")
+    if bool((favourite == 0).all()):
+        return PREVIOUS["itself"].verdict("q_proj, k_proj")
+    t = int((favourite != -1).nonzero()[0]) + 1
+    return Verdict(
+        False, f"token {t} puts most weight on token "
+               f"{t + int(favourite[t - 1])}, not {t - 1}: the score "
+               "q_t . k_j should be largest at j = t - 1")
