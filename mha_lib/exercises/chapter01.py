@@ -181,7 +181,7 @@ PADDED = catalogue(
 
 
 def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
-    """Exercise 1.3: ``"What will come next?"`` and ``"A basic split!"`` as
+    """Exercise 1.2: ``"What will come next?"`` and ``"A basic split!"`` as
     one batch, padded with the ``"<pad>"`` id of :func:`check_vocab`'s
     vocabulary."""
     stoi = build_vocab(SENTENCES, specials=("<pad>",))
