@@ -1,4 +1,4 @@
-"""Greedy decoding of a random ``TinyTransformer``, with and without the
+"""Greedy decoding of a random TinyTransformer, with and without the
 key/value cache: median times, speed-up, and whether both decode the same
 tokens (chapter 14).
 
