@@ -367,7 +367,11 @@ def check_mha_forward(
                     if kind == "source_pad" else None)
         with torch.no_grad():
             expected = reference(query, key, value, mask=mask)[0]
-        call = attempt(fn, layers, heads, query, key, value, mask)
+        shown = (f"layers, {heads}, query {tuple(query.shape)}, key "
+                 f"{tuple(key.shape)}, value {tuple(value.shape)}, mask "
+                 f"{None if mask is None else tuple(mask.shape)}")
+        call = attempt(fn, layers, heads, query, key, value, mask,
+                       shown=shown)
         if call.verdict is not None:
             return call.verdict
         if call.record.used(torch.nn.init.kaiming_uniform_,
