@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.patches import Rectangle
 
 __all__ = ["heatmap", "heatmaps", "attention_explorer", "AttentionExplorer",
            "use_book_style", "BOOK_STYLE", "COLUMN_INCHES", "MIN_FONT_PT"]
@@ -82,6 +83,7 @@ def heatmaps(
     y_labels: Sequence[str] | None = None,
     titles: Sequence[str] | None = None,
     suptitle: str | None = None,
+    mask: torch.Tensor | None = None,
 ):
     """One heat map per head of ``(H, Lq, Lk)`` weights, in the column's
     width: side by side for up to 3 heads, else two per row. Returns the
@@ -94,11 +96,20 @@ def heatmaps(
         y_labels: One label per query, shown left of the first column.
         titles: One title per head; ``None``: ``"head 0"``, ``"head 1"``...
         suptitle: The title above all the maps.
+        mask: A bool ``(Lq, Lk)`` mask, True = may attend (chapter 7);
+            the cells it hides are hatched in every map, to tell a
+            masked 0 from a small weight.
     """
     weights = weights.detach()
     if weights.dim() != 3:
         raise ValueError(f"weights: expected a 3-D tensor (H, Lq, Lk), "
                          f"got shape {tuple(weights.shape)}")
+    if mask is not None and (mask.dtype != torch.bool
+                             or mask.shape != weights.shape[1:]):
+        raise ValueError(f"mask: expected a bool tensor of shape (Lq, Lk) "
+                         f"= {tuple(weights.shape[1:])}, got "
+                         f"{mask.dtype} {tuple(mask.shape)}")
+    hidden = [] if mask is None else (~mask).nonzero().tolist()
     num = weights.size(0)
     cols = num if num <= 3 else 2
     rows = -(-num // cols)
@@ -114,6 +125,9 @@ def heatmaps(
                         y_labels if h % cols == 0 else None,
                         titles[h] if titles else f"head {h}",
                         ax=ax, vmax=1.0)
+        for i, j in hidden:  # (query, key)
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                   hatch="//", edgecolor="0.7", lw=0))
         if h % cols:
             ax.set_ylabel("")
             ax.set_yticks([])

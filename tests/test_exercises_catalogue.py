@@ -2311,3 +2311,96 @@ def test_round6_half_precision_table_gets_the_dtype_hint(name):
                                                       name)
     verdict = _check("check_sinusoidal", WRONG["check_sinusoidal"][name]())
     assert "factor" not in verdict.message
+
+# --- round 6: chapter 8 ---
+
+
+def _mha_forward(how=""):
+    """A learner's forward of multi-head attention from its four layers,
+    with the mistake ``how`` planted."""
+    def forward(layers, num_heads, query, key, value, mask):
+        if how == "swapped":
+            key, value = value, key
+        if how == "keys_from_query":
+            key = value = query
+        q = layers["q_proj"](query)
+        k, v = layers["k_proj"](key), layers["v_proj"](value)
+        batch, length, d_model = q.shape
+        d_k = d_model // num_heads
+
+        def split(t):
+            if how == "split_no_transpose":
+                return t.view(batch, num_heads, -1, d_k)
+            return t.view(batch, -1, num_heads, d_k).transpose(1, 2)
+
+        scores = split(q) @ split(k).transpose(-2, -1)
+        scores = scores / {"scale_d_model": math.sqrt(d_model),
+                           "unscaled": 1.0}.get(how, math.sqrt(d_k))
+        if mask is not None and how != "no_mask":
+            scores = scores.masked_fill(
+                mask if how == "inverted" else ~mask, -1e9)
+        weights = F.softmax(scores, dim=-2 if how == "softmax_dim" else -1)
+        heads = weights @ split(v)
+        if how == "merge_no_transpose":
+            merged = heads.reshape(batch, length, d_model)
+        else:
+            merged = heads.transpose(1, 2).reshape(batch, length, d_model)
+        if how == "no_out_proj":
+            return merged
+        out = layers["out_proj"](merged)
+        return (out, weights) if how == "pair" else out
+    return forward
+
+
+def _mha_forward_built(layers, num_heads, query, key, value, mask):
+    mha = MultiHeadAttention(query.size(-1), num_heads)
+    mha.load_state_dict(layers.state_dict())
+    return mha(query, key, value, mask=mask)[0]
+
+
+def _mha_forward_library(layers, num_heads, query, key, value, mask):
+    q, k, v = (split_heads(layers[n](t), num_heads) for n, t in (
+        ("q_proj", query), ("k_proj", key), ("v_proj", value)))
+    heads, _ = scaled_dot_product_attention(q, k, v, mask)
+    return layers.out_proj(merge_heads(heads))
+
+
+WRONG["check_mha_forward"] = {
+    name: (lambda name=name: (_mha_forward(name),))
+    for name in ("split_no_transpose", "merge_no_transpose", "no_out_proj",
+                 "scale_d_model", "unscaled", "softmax_dim", "swapped",
+                 "keys_from_query", "no_mask", "inverted", "pair")}
+WRONG["check_mha_forward"]["built_module"] = lambda: (_mha_forward_built,)
+RIGHT["check_mha_forward"] = [lambda: (_mha_forward(),),
+                              lambda: (_mha_forward_library,)]
+
+
+@pytest.mark.parametrize("name", sorted(WRONG["check_mha_forward"]))
+def test_round6_mha_forward_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_mha_forward", name)
+
+
+@pytest.mark.parametrize("i", range(2))
+def test_round6_mha_forward_right_answers(i):
+    test_a_right_answer_is_accepted("check_mha_forward", i)
+
+# --- round 6: chapter 7 ---
+
+
+def _safe_softmax_over_queries(scores, mask):
+    """-inf fill, the empty rows set to 0 first, then softmax over dim=-2
+    and the empty rows zeroed: the axis is wrong, nothing is NaN."""
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B, Lq, 1)
+    filled = scores.float().masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(filled.masked_fill(empty, 0.0), dim=-2)
+    return weights.masked_fill(empty, 0.0).to(scores.dtype)
+
+
+WRONG["check_safe_softmax"]["softmax_dim/zeroed_rows"] = lambda: (
+    _safe_softmax_over_queries,)
+
+
+def test_round6_softmax_over_the_queries_is_named_however_rows_are_zeroed():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_safe_softmax", "softmax_dim/zeroed_rows")

@@ -186,10 +186,11 @@ def test_chapters_one_to_eleven_show_their_strip_under_the_title(path: Path) -> 
         return
     assert head[0].startswith("# ") and head[2] == forms.strip_line(chapter), path.name
     alt = re.match(r"!\[(.*)\]", head[2]).group(1)
-    # the split heads' shape: the running example's, except in the two chapters whose
-    # module works on other shapes (d2l's heads folded into a padded batch of 4, and the
+    # the split heads' shape: the running example's, except in the chapters that work
+    # on other shapes (chapter 7's padded batch of 4, d2l's heads folded into it, and the
     # einops example's heads first with d_k = 3)
-    heads = {9: "(16, 6, 2)", 10: "(4, 3, 6, 3)"}.get(chapter, "(3, 4, 6, 2)")
+    heads = {7: "(4, 4, 6, 2)", 9: "(16, 6, 2)", 10: "(4, 3, 6, 3)"}.get(
+        chapter, "(3, 4, 6, 2)")
     assert f"chapter {chapter}" in alt and f"split heads {heads}" in alt, alt
 
 

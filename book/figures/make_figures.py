@@ -554,12 +554,15 @@ CHAPTERS: dict[int, tuple[tuple[str, ...], str, str | None]] = {
 
 
 def _strip_shapes(s: Shapes, chapter: int = 0) -> dict[str, tuple[int, ...] | None]:
-    """The shapes under the strip's boxes: the running example's, except in the two
-    chapters whose module works on other shapes (chapters 9 and 10)."""
+    """The shapes under the strip's boxes: the running example's, except in the
+    chapters that work on other shapes (7: its padded batch of 4; 9 and 10)."""
     if chapter == 9:
         return _d2l_strip_shapes(s)
     if chapter == 10:
         return _einsum_strip_shapes(s)
+    if chapter == 7:  # chapter 7's padded batch: the 3 sentences + 1
+        return {stage: shape and (s.batch + 1, *shape[1:])
+                for stage, shape in _strip_shapes(s).items()}
     return {"text": None, "ids": s.ids, "embed": s.embedded, "+ pos": s.positioned,
             "Q K V": s.q, "heads": s.q_heads, "attention": s.head_out, "merge": s.merged,
             "W^{O}": s.output}

@@ -59,6 +59,7 @@ from mha_lib.exercises.chapter07 import (
 from mha_lib.exercises.chapter08 import (
     check_concat_heads,
     check_masked_self_attention,
+    check_mha_forward,
     check_num_parameters,
 )
 from mha_lib.exercises.chapter09 import (
@@ -145,6 +146,7 @@ __all__ = [
     "check_concat_heads",
     "check_masked_self_attention",
     "check_num_parameters",
+    "check_mha_forward",
     "check_repeat_lens",
     "check_unfold_weights",
     "check_d2l_to_mha",

@@ -177,6 +177,21 @@ def _over_queries(scores: torch.Tensor, mask: torch.Tensor
     return masked_softmax(scores.float().mT, mask.mT).mT.to(scores.dtype)
 
 
+def _over_queries_filled(scores: torch.Tensor, mask: torch.Tensor,
+                         fill: float | None) -> torch.Tensor:
+    """The softmax over the queries with the empty rows zeroed after it;
+    before it they hold 0 (``fill=None``, masked scores -inf) or the
+    ``fill`` of every masked score."""
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B, Lq, 1)
+    s = scores.float()
+    if fill is None:
+        s = s.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
+    else:
+        s = s.masked_fill(~mask, fill)
+    weights = s.softmax(dim=-2).masked_fill(empty, 0.0)
+    return weights.to(scores.dtype)
+
+
 def _explain_half(error: BaseException, record) -> object:
     text = str(error)
     return SAFE["half_overflow"] if "overflow" in text \
@@ -229,6 +244,11 @@ def check_safe_softmax(
             call.label, given, want, axes="(B, Lq, Lk)", atol=tol,
             rtol=tol, mistakes=[
                 (SAFE["softmax_dim"], partial(_over_queries, s, mask)),
+                (SAFE["softmax_dim"],
+                 partial(_over_queries_filled, s, mask, None)),
+                (SAFE["softmax_dim"], partial(
+                    _over_queries_filled, s, mask,
+                    torch.finfo(torch.float32).min)),
             ])
         if problem is not None:
             return problem

@@ -1,9 +1,10 @@
 """Checkers for chapter 8's exercises (concatenating heads, the full
-module)."""
+module, its forward from four layers)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
@@ -22,6 +23,7 @@ from mha_lib.mha import MultiHeadAttention
 __all__ = [
     "check_concat_heads",
     "check_masked_self_attention",
+    "check_mha_forward",
     "check_num_parameters",
 ]
 
@@ -251,3 +253,146 @@ def check_num_parameters(fn: Callable[[int, int, bool], int]) -> Verdict:
             return PARAMETERS["float_count"].verdict(
                 f"{call.label} = {value!r}")
     return verdict
+
+
+_CROSS = "Cross-attention: 3 queries attend to 6 keys"
+_SPLIT_VIEW = "The wrong way: `view` straight to `(B, H, L, D)`"
+_SCALE = r"Why divide by $\sqrt{d_k}$"
+
+FORWARD = catalogue(
+    "check_mha_forward", 8,
+    split_no_transpose=("the projections are cut into heads by reshaping "
+                        "straight to (B, H, L, D): that mixes positions "
+                        "and heads; reshape to (B, L, H, D), then "
+                        "transpose(1, 2)", _SPLIT_VIEW, 5),
+    merge_no_transpose=("the heads are merged by reshaping (B, H, L, D) "
+                        "straight to (B, L, d_model): transpose(1, 2) "
+                        "first", "The wrong way: reshape without the "
+                                 "transpose"),
+    no_out_proj=("out_proj is missing: the merged heads go through "
+                 "layers['out_proj']", "The output projection"),
+    scale_d_model=("the scores are divided by sqrt(d_model): a head's dot "
+                   "products have d_k = d_model / H terms, so divide by "
+                   "sqrt(d_k)", _SCALE, 6),
+    unscaled=("the scores are not scaled: divide them by sqrt(d_k), "
+              "d_k = d_model / H", _SCALE, 6),
+    softmax_dim=("the softmax runs over the queries (dim=-2): each query's "
+                 "weights must sum to 1 over the keys, dim=-1",
+                 "The softmax: weights that sum to one", 6),
+    swapped=("keys and values are swapped: k_proj reads key and v_proj "
+             "reads value", _CROSS),
+    keys_from_query=("the keys and values are projected from the query: "
+                     "in cross-attention they come from key and value, "
+                     "another sequence", _CROSS),
+    no_mask=("the mask is ignored: fill the scores where mask is False "
+             "with -inf (or a large negative number) before the softmax",
+             "Masks go straight through"),
+    inverted=("the mask is inverted: True means \"may attend\", so fill "
+              "the scores where ~mask", "Masks go straight through"),
+    pair=("return the output tensor only, not (output, weights)",
+          _MODULE),
+    built_module=("that builds a module and loads the layers into it; the "
+                  "exercise writes the forward from the four layers",
+                  _MODULE),
+)
+
+
+def _wrong_forward(layers: torch.nn.ModuleDict, num_heads: int,
+                   query: torch.Tensor, key: torch.Tensor,
+                   value: torch.Tensor, mask: torch.Tensor | None,
+                   how: str, fill: float = float("-inf")) -> torch.Tensor:
+    """The output of a classic wrong multi-head forward, ``how``; masked
+    scores get ``fill``."""
+    if how == "swapped":
+        key, value = value, key
+    if how == "keys_from_query":
+        key = value = query
+    q, k, v = (layers[name](t) for name, t in (
+        ("q_proj", query), ("k_proj", key), ("v_proj", value)))
+    batch, length, d_model = q.shape
+    head_dim = d_model // num_heads
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        if how == "split_no_transpose":
+            return t.reshape(batch, num_heads, t.size(1), head_dim)
+        return t.reshape(batch, t.size(1), num_heads,
+                         head_dim).transpose(1, 2)
+
+    scale = {"scale_d_model": d_model ** -0.5,
+             "unscaled": 1.0}.get(how, head_dim ** -0.5)
+    scores = split(q) @ split(k).transpose(-2, -1) * scale
+    if mask is not None and how != "no_mask":
+        keep = ~mask if how == "inverted" else mask
+        scores = scores.masked_fill(~keep, fill)
+    weights = scores.softmax(dim=-2 if how == "softmax_dim" else -1)
+    heads = weights @ split(v)  # (B, H, Lq, D)
+    if how == "merge_no_transpose":
+        merged = heads.reshape(batch, length, d_model)
+    else:
+        merged = heads.transpose(1, 2).reshape(batch, length, d_model)
+    return merged if how == "no_out_proj" else layers["out_proj"](merged)
+
+
+def check_mha_forward(
+    fn: Callable[..., torch.Tensor],
+) -> Verdict:
+    """Exercise 8.4: ``fn(layers, num_heads, query, key, value, mask)`` is
+    the output ``(B, Lq, d_model)`` of multi-head attention written from
+    its four layers, ``layers["q_proj"]``, ``["k_proj"]``, ``["v_proj"]``
+    and ``["out_proj"]`` (an ``nn.ModuleDict`` of ``nn.Linear``), with a
+    bool ``mask`` (True = may attend) or ``None``. It must equal
+    :class:`~mha_lib.MultiHeadAttention` holding the same weights."""
+    generator = torch.Generator().manual_seed(84)
+    # self-attention, padding & causal; cross-attention without a mask
+    # (distinct key and value); cross-attention with the source's pads
+    cases = ((2, 5, 5, 8, 4, "self"), (2, 4, 2, 6, 2, "cross"),
+             (2, 3, 5, 12, 3, "source_pad"))
+    for batch, lq, lk, d_model, heads, kind in cases:
+        with torch.random.fork_rng():  # leave the reader's state alone
+            torch.manual_seed(80 + d_model)
+            layers = torch.nn.ModuleDict({
+                name: torch.nn.Linear(d_model, d_model)
+                for name in ("q_proj", "k_proj", "v_proj", "out_proj")})
+            reference = MultiHeadAttention(d_model, heads)
+        reference.load_state_dict(layers.state_dict())
+        query = torch.randn(batch, lq, d_model, generator=generator)
+        if kind == "self":
+            key = value = query
+            lengths = torch.tensor([4, 2])  # every sentence has pads
+            mask = padding_mask(lengths, lk) & causal_mask(lq)
+        else:
+            key = torch.randn(batch, lk, d_model, generator=generator)
+            value = torch.randn(batch, lk, d_model, generator=generator)
+            mask = (padding_mask(torch.tensor([lk, 2]), lk)
+                    if kind == "source_pad" else None)
+        with torch.no_grad():
+            expected = reference(query, key, value, mask=mask)[0]
+        shown = (f"layers, {heads}, query {tuple(query.shape)}, key "
+                 f"{tuple(key.shape)}, value {tuple(value.shape)}, mask "
+                 f"{None if mask is None else tuple(mask.shape)}")
+        call = attempt(fn, layers, heads, query, key, value, mask,
+                       shown=shown)
+        if call.verdict is not None:
+            return call.verdict
+        if call.record.used(torch.nn.init.kaiming_uniform_,
+                            torch.nn.init.xavier_uniform_,
+                            torch.Tensor.uniform_):
+            return FORWARD["built_module"].verdict(call.label)
+        if isinstance(call.value, tuple):
+            return FORWARD["pair"].verdict(call.label)
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(B, Lq, d_model)",
+            mistakes=[(FORWARD[how], partial(
+                _wrong_forward, layers, heads, query, key, value, mask,
+                how)) for how in FORWARD if how not in (
+                    "pair", "built_module")] + [
+                # a column with no key left: NaN with -inf, finite with
+                # a large negative fill, for a softmax over the queries
+                (FORWARD["softmax_dim"], partial(
+                    _wrong_forward, layers, heads, query, key, value,
+                    mask, "softmax_dim", torch.finfo(query.dtype).min))])
+        if problem is not None:
+            return problem
+    return Verdict(
+        True, "project, split, attend with 1/sqrt(d_k) per head, merge, "
+              "out_proj: equal to MultiHeadAttention with these weights")
