@@ -2099,3 +2099,24 @@ WRONG["check_to_torch"]["made_with_bias"] = lambda: (_to_torch_always_bias,)
 def test_round5_bias_free_source_copied_with_biases_is_named():
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_to_torch", "made_with_bias")
+
+# --- round 6: chapter 12 ---
+
+WRONG["check_pre_norm"].update({
+    "no_residual": lambda: (lambda b, x: (lambda a: b.linear2(
+        b.activation(b.linear1(b.norm2(a)))))(
+            b.attn(b.norm1(x), need_weights=False)[0]),),
+    "stale_ffn_input": lambda: (lambda b, x: x + b.attn(
+        b.norm1(x), need_weights=False)[0] + b.linear2(
+            b.activation(b.linear1(b.norm2(x)))),),
+    "parallel": lambda: (lambda b, x: (lambda n: x + b.attn(
+        n, need_weights=False)[0] + b.linear2(
+            b.activation(b.linear1(n))))(b.norm1(x)),),
+})
+
+
+@pytest.mark.parametrize("name", ["no_residual", "stale_ffn_input",
+                                  "parallel"])
+def test_round6_pre_norm_mistakes_are_named(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_pre_norm",
+                                                      name)
