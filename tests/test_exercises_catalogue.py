@@ -2404,3 +2404,24 @@ WRONG["check_safe_softmax"]["softmax_dim/zeroed_rows"] = lambda: (
 def test_round6_softmax_over_the_queries_is_named_however_rows_are_zeroed():
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_safe_softmax", "softmax_dim/zeroed_rows")
+
+# --- round 6: chapter 12 ---
+
+WRONG["check_pre_norm"].update({
+    "no_residual": lambda: (lambda b, x: (lambda a: b.linear2(
+        b.activation(b.linear1(b.norm2(a)))))(
+            b.attn(b.norm1(x), need_weights=False)[0]),),
+    "stale_ffn_input": lambda: (lambda b, x: x + b.attn(
+        b.norm1(x), need_weights=False)[0] + b.linear2(
+            b.activation(b.linear1(b.norm2(x)))),),
+    "parallel": lambda: (lambda b, x: (lambda n: x + b.attn(
+        n, need_weights=False)[0] + b.linear2(
+            b.activation(b.linear1(n))))(b.norm1(x)),),
+})
+
+
+@pytest.mark.parametrize("name", ["no_residual", "stale_ffn_input",
+                                  "parallel"])
+def test_round6_pre_norm_mistakes_are_named(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_pre_norm",
+                                                      name)

@@ -109,6 +109,16 @@ PRE_NORM = catalogue(
     final_norm=("the block's output is normalised once more: GPT-2's "
                 "final LayerNorm follows the whole stack, not each block",
                 _BLOCK),
+    no_residual=("both residuals are missing: add each sublayer's output "
+                 "to its input, h = x + attn(norm1(x)), then "
+                 "h + ffn(norm2(h))", "Residual connections"),
+    stale_ffn_input=("the FFN reads norm2(x), the block's input: it reads "
+                     "the stream after attention's update, "
+                     "h = x + attn(norm1(x)), then h + ffn(norm2(h))",
+                     _BLOCK),
+    parallel=("this is the parallel form (GPT-J's): attention and the "
+              "FFN both read norm1(x). The block is sequential: "
+              "h = x + attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
 )
 
 
@@ -143,6 +153,8 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
             h = h + attn(h)
             h = n2(h)
             return h + ffn(h)
+        if how == "no_residual":
+            return ffn(n2(attn(n1(x))))
         if how == "no_first_residual":
             h = attn(n1(x))
             return h + ffn(n2(h))
@@ -151,6 +163,8 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
             return ffn(n2(h))
         if how == "one_norm":
             return h + ffn(n1(h))
+        if how in ("stale_ffn_input", "parallel"):
+            return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
         if how == "fixed_relu":
             return h + block.linear2(F.relu(block.linear1(n2(h))))
         out = h + ffn(n2(h), act=how != "no_activation")
@@ -199,7 +213,8 @@ def check_pre_norm(
             mistakes=[(PRE_NORM[how.rstrip("2")],
                        partial(_wrong_forward, block, x, how))
                       for how in (
-                    "post_norm", "normalised_stream", "no_first_residual",
+                    "post_norm", "normalised_stream", "no_residual",
+                    "no_first_residual", "stale_ffn_input", "parallel",
                     "no_second_residual", "one_norm", "raw_key_value",
                     "no_activation", "fixed_relu", "final_norm",
                     "final_norm2")])
