@@ -104,11 +104,13 @@ def heatmaps(
     if weights.dim() != 3:
         raise ValueError(f"weights: expected a 3-D tensor (H, Lq, Lk), "
                          f"got shape {tuple(weights.shape)}")
-    if mask is not None and (mask.dtype != torch.bool
-                             or mask.shape != weights.shape[1:]):
-        raise ValueError(f"mask: expected a bool tensor of shape (Lq, Lk) "
-                         f"= {tuple(weights.shape[1:])}, got "
-                         f"{mask.dtype} {tuple(mask.shape)}")
+    if mask is not None and mask.dtype != torch.bool:
+        raise TypeError(f"mask: expected a bool tensor (True = may "
+                        f"attend), got {mask.dtype}")
+    if mask is not None and mask.shape != weights.shape[1:]:
+        raise ValueError(f"mask: expected shape (Lq, Lk) = "
+                         f"{tuple(weights.shape[1:])}, got "
+                         f"{tuple(mask.shape)}")
     hidden = [] if mask is None else (~mask).nonzero().tolist()
     num = weights.size(0)
     cols = num if num <= 3 else 2

@@ -39,7 +39,9 @@ def test_heatmaps_without_a_mask_hatch_nothing():
     plt.close(fig)
 
 
-@pytest.mark.parametrize("mask", [causal_mask(5).float(), causal_mask(4)])
-def test_heatmaps_refuse_a_mask_of_another_dtype_or_shape(mask):
-    with pytest.raises(ValueError, match="mask: expected a bool tensor"):
+@pytest.mark.parametrize("mask, error, message", [
+    (causal_mask(5).float(), TypeError, r"mask: expected a bool tensor .* got torch\.float32"),
+    (causal_mask(4), ValueError, r"mask: expected shape \(Lq, Lk\) = \(5, 5\), got \(4, 4\)")])
+def test_heatmaps_refuse_a_mask_of_another_dtype_or_shape(mask, error, message):
+    with pytest.raises(error, match=message):
         heatmaps(torch.rand(2, 5, 5).softmax(-1), mask=mask)
