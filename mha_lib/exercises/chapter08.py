@@ -285,7 +285,7 @@ FORWARD = catalogue(
                      "in cross-attention they come from key and value, "
                      "another sequence", _CROSS),
     no_mask=("the mask is ignored: fill the scores where mask is False "
-             "with -inf (or a large negative number) before the softmax",
+             "with -inf before the softmax (chapter 7)",
              "Masks go straight through"),
     inverted=("the mask is inverted: True means \"may attend\", so fill "
               "the scores where ~mask", "Masks go straight through"),
