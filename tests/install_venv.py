@@ -133,7 +133,8 @@ def main() -> int:
     if platform.system() == "Linux" and not has_torch():
         if cpu_index_reachable():
             print(f"torch: the CPU-only build from {TORCH_CPU_INDEX}", flush=True)
-            steps.append((["--index-url", TORCH_CPU_INDEX], {**uv_env, "UV_HTTP_TIMEOUT": "30"},
+            no_retries = {"UV_HTTP_TIMEOUT": "30", "UV_HTTP_RETRIES": "1"}
+            steps.append((["--index-url", TORCH_CPU_INDEX], {**uv_env, **no_retries},
                           ["--timeout", "30", "--retries", "1",
                            "--index-url", TORCH_CPU_INDEX], [torch_pin()]))
         else:

@@ -64,6 +64,7 @@ def test_the_maintainers_install_takes_the_cpu_torch_on_linux_without_retries() 
     assert 'TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"' in script
     assert 'urlopen(f"{TORCH_CPU_INDEX}/torch/", timeout=5)' in script
     assert '"--retries", "1"' in script and '"--index-url", TORCH_CPU_INDEX' in script
+    assert '"UV_HTTP_TIMEOUT": "30", "UV_HTTP_RETRIES": "1"' in script
     assert "--extra-index-url" not in re.sub(r"LIST_OPTIONS = \{[^}]*\}", "", script)
 
 
