@@ -2282,3 +2282,18 @@ WRONG["check_pre_norm"].update({
 })
 
 
+# --- chapter 17: more planted mistakes ---
+
+WRONG["check_window_mask_mod"]["reversed_sign"] = lambda: (
+    lambda w: lambda b, h, q, kv: (q >= kv) & (kv - q < w),)
+WRONG["check_window_mask_mod"]["reversed_sign/no_causal"] = lambda: (
+    lambda w: lambda b, h, q, kv: kv - q < w,)
+WRONG["check_softcap_score_mod"]["cancelled"] = lambda: (
+    lambda c: lambda s, b, h, q, kv: c * torch.tanh(s) / c,)
+
+
+# --- chapter 13: more planted mistakes ---
+
+WRONG["check_weights_mib"]["one_length"] = lambda: (
+    lambda b, n, h, dtype: b * h * n * (torch.finfo(dtype).bits // 8)
+    / 2**20,)

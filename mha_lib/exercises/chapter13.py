@@ -116,6 +116,8 @@ MIB = catalogue(
                    "4: the size depends on the dtype", _MEMORY),
     gibibytes=("that is GiB (2**30 bytes); the question is in MiB",
                _MEMORY),
+    one_length=("that is missing a factor of L: each head's weights are "
+                "(L, L), L * L numbers, one per query and key", _MEMORY),
     one_head=("that is one head's weights: each of the num_heads heads "
               "has its own (L, L) weights, (B, H, L, L) in all", _MEMORY),
 )
@@ -161,6 +163,7 @@ def check_weights_mib(
                 (MIB["dtype_ignored"], expected * 4 / size),
                 (MIB["gibibytes"], expected / 2**10),
                 (MIB["one_head"], expected / args[2]),
+                (MIB["one_length"], expected / args[1]),
             ])
         if problem is not None:
             return problem

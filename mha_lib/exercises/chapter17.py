@@ -38,6 +38,10 @@ WINDOW = catalogue(
     both_sides=("that window reaches both ways, |q_idx - kv_idx| < window: "
                 "a decoder's query must not see later keys, so require "
                 "q_idx >= kv_idx", _WINDOW),
+    reversed_sign=("the distance has its sign reversed: kv_idx - q_idx < "
+                   "window holds for every earlier key; the query at "
+                   "q_idx is kv_idx <= q_idx, so q_idx - kv_idx < window",
+                   _WINDOW),
     transposed=("query and key are swapped: the query at q_idx sees the "
                 "keys at q_idx - window + 1 .. q_idx, so kv_idx <= q_idx",
                 _FLEX),
@@ -85,6 +89,8 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
                 (WINDOW["future"], past.triu(-(window - 1))),
                 (WINDOW["both_sides"], expected | expected.T),
                 (WINDOW["transposed"], expected.T),
+                (WINDOW["reversed_sign"], past.tril()),
+                (WINDOW["reversed_sign"], past.tril(window - 1)),
             ])
         if problem is not None:
             return problem
@@ -236,6 +242,9 @@ SOFTCAP = catalogue(
     no_divide=("that is cap * tanh(score): divide by the cap inside the "
                "tanh, cap * tanh(score / cap), so that a small score "
                "passes almost unchanged", _FLEX),
+    cancelled=("that is tanh(score), squeezed into (-1, 1): cap * "
+               "tanh(score) / cap cancels the cap; divide inside the tanh, "
+               "cap * torch.tanh(score / cap)", _FLEX),
     no_multiply=("that is tanh(score / cap), squeezed into (-1, 1): "
                  "multiply by the cap again", _FLEX),
     clamp=("that clips the scores at -cap and cap, a hard cap; the soft "
@@ -301,6 +310,7 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
                 (SOFTCAP["uncapped"], out(scores)),
                 (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
                 (SOFTCAP["no_multiply"], out(torch.tanh(scores / cap))),
+                (SOFTCAP["cancelled"], out(torch.tanh(scores))),
                 (SOFTCAP["clamp"], out(scores.clamp(-cap, cap))),
                 (SOFTCAP["scaled_again"], out(cap * torch.tanh(
                     scores / math.sqrt(q.size(-1)) / cap))),
