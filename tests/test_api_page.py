@@ -376,3 +376,17 @@ def test_a_wrong_example_fails() -> None:
     runner = doctest.DocTestRunner()
     runner.run(wrong, out=lambda text: None)
     assert runner.failures == 1
+
+
+def test_the_checker_table_follows_each_chapters_all() -> None:
+    """The table lists each chapter's checkers in exercise order, and the folded entries
+    follow the module's ``__all__`` (autodoc's bysource order): the two must agree."""
+
+    for line in API_PAGE.read_text(encoding="utf-8").splitlines():
+        if not (found := re.match(r"\| \[(\d+)\]", line)):
+            continue
+        module = importlib.import_module(
+            f"mha_lib.exercises.chapter{int(found.group(1)):02d}")
+        listed = re.findall(r"chapter\d\d\.(check_\w+)`", line)
+        in_all = [n for n in module.__all__ if n.startswith("check_")]
+        assert listed == in_all, f"chapter {found.group(1)}: {listed} != {in_all}"
