@@ -2282,3 +2282,11 @@ WRONG["check_pre_norm"].update({
 })
 
 
+
+# --- chapter 12: more planted mistakes ---
+
+WRONG["check_block_params"]["four_d_model"] = lambda: (
+    lambda d, f: block_params(d, 4 * d),)
+WRONG["check_pre_norm"]["swapped_norms"] = lambda: (
+    lambda b, x: (lambda h: h + b.linear2(b.activation(b.linear1(
+        b.norm1(h)))))(x + b.attn(b.norm2(x), need_weights=False)[0]),)
