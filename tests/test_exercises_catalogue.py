@@ -2297,3 +2297,12 @@ WRONG["check_softcap_score_mod"]["cancelled"] = lambda: (
 WRONG["check_weights_mib"]["one_length"] = lambda: (
     lambda b, n, h, dtype: b * h * n * (torch.finfo(dtype).bits // 8)
     / 2**20,)
+
+
+# --- chapter 12: more planted mistakes ---
+
+WRONG["check_block_params"]["four_d_model"] = lambda: (
+    lambda d, f: block_params(d, 4 * d),)
+WRONG["check_pre_norm"]["swapped_norms"] = lambda: (
+    lambda b, x: (lambda h: h + b.linear2(b.activation(b.linear1(
+        b.norm1(h)))))(x + b.attn(b.norm2(x), need_weights=False)[0]),)

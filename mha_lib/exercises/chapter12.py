@@ -43,6 +43,9 @@ PARAMS = catalogue(
     no_output_projection=("the output projection W_o is missing: a "
                           "d_model x d_model matrix and its d_model "
                           "biases", "The output projection", 8),
+    four_d_model=("this counts the FFN with 4 d_model hidden units: use "
+                  "d_ff, the argument (4 d_model is only the usual "
+                  "choice)", "The feed-forward network"),
 )
 
 
@@ -60,7 +63,8 @@ def _wrong_counts(d: int, d_ff: int) -> list:
             (PARAMS["two_attention_matrices"], right - 2 * d * d),
             (PARAMS["one_norm"], right - 2 * d),
             (PARAMS["no_biases"], right - 5 * d - d_ff),
-            (PARAMS["no_output_projection"], right - d * d - d)]
+            (PARAMS["no_output_projection"], right - d * d - d),
+            (PARAMS["four_d_model"], _count(d, 4 * d))]
 
 
 def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
@@ -92,6 +96,8 @@ PRE_NORM = catalogue(
                         "Residual connections"),
     one_norm=("both sublayers use norm1: the FFN's input goes through "
               "norm2", _BLOCK),
+    swapped_norms=("norm1 and norm2 are swapped: norm1 feeds attention, "
+                   "norm2 the FFN", _BLOCK),
     raw_key_value=("attention gets norm1(x) as the query only: the keys "
                    "and values must be normalised too, attn(norm1(x))",
                    _BLOCK),
@@ -163,6 +169,9 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
             return ffn(n2(h))
         if how == "one_norm":
             return h + ffn(n1(h))
+        if how == "swapped_norms":
+            h = x + attn(n2(x))
+            return h + ffn(n1(h))
         if how in ("stale_ffn_input", "parallel"):
             return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
         if how == "fixed_relu":
@@ -215,7 +224,8 @@ def check_pre_norm(
                       for how in (
                     "post_norm", "normalised_stream", "no_residual",
                     "no_first_residual", "stale_ffn_input", "parallel",
-                    "no_second_residual", "one_norm", "raw_key_value",
+                    "no_second_residual", "one_norm", "swapped_norms",
+                    "raw_key_value",
                     "no_activation", "fixed_relu", "final_norm",
                     "final_norm2")])
         if problem is not None:
