@@ -2282,3 +2282,23 @@ WRONG["check_pre_norm"].update({
 })
 
 
+
+
+# --- chapter 8: more planted mistakes ---
+
+
+def _mha_forward_wrong_input(which):
+    """The right forward, but one projection reads the wrong input:
+    k_proj the query, or v_proj the key."""
+    right = _mha_forward()
+
+    def forward(layers, num_heads, query, key, value, mask):
+        if which == "k_from_query":
+            return right(layers, num_heads, query, query, value, mask)
+        return right(layers, num_heads, query, key, key, mask)
+    return forward
+
+
+WRONG["check_mha_forward"].update({
+    name: (lambda name=name: (_mha_forward_wrong_input(name),))
+    for name in ("k_from_query", "v_from_key")})

@@ -284,6 +284,11 @@ FORWARD = catalogue(
     keys_from_query=("the keys and values are projected from the query: "
                      "in cross-attention they come from key and value, "
                      "another sequence", _CROSS),
+    k_from_query=("k_proj reads the query: the keys come from key, the "
+                  "sequence attended to (the same tensor only in "
+                  "self-attention)", _CROSS),
+    v_from_key=("v_proj reads key: the values come from value (key and "
+                "value differ in general)", _CROSS),
     no_mask=("the mask is ignored: fill the scores where mask is False "
              "with -inf before the softmax (chapter 7)",
              "Masks go straight through"),
@@ -307,6 +312,10 @@ def _wrong_forward(layers: torch.nn.ModuleDict, num_heads: int,
         key, value = value, key
     if how == "keys_from_query":
         key = value = query
+    if how == "k_from_query":
+        key = query
+    if how == "v_from_key":
+        value = key
     q, k, v = (layers[name](t) for name, t in (
         ("q_proj", query), ("k_proj", key), ("v_proj", value)))
     batch, length, d_model = q.shape
@@ -344,9 +353,10 @@ def check_mha_forward(
     :class:`~mha_lib.MultiHeadAttention` holding the same weights."""
     generator = torch.Generator().manual_seed(84)
     # self-attention, padding & causal; cross-attention without a mask
-    # (distinct key and value); cross-attention with the source's pads
-    cases = ((2, 5, 5, 8, 4, "self"), (2, 4, 2, 6, 2, "cross"),
-             (2, 3, 5, 12, 3, "source_pad"))
+    # (distinct key and value; first Lq = Lk, so that keys projected
+    # from the query still run); cross-attention with the source's pads
+    cases = ((2, 5, 5, 8, 4, "self"), (2, 3, 3, 10, 2, "cross"),
+             (2, 4, 2, 6, 2, "cross"), (2, 3, 5, 12, 3, "source_pad"))
     for batch, lq, lk, d_model, heads, kind in cases:
         with torch.random.fork_rng():  # leave the reader's state alone
             torch.manual_seed(80 + d_model)
