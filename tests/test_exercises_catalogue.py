@@ -2302,3 +2302,6 @@ def _mha_forward_wrong_input(which):
 WRONG["check_mha_forward"].update({
     name: (lambda name=name: (_mha_forward_wrong_input(name),))
     for name in ("k_from_query", "v_from_key")})
+
+WRONG["check_num_parameters"]["head_biases"] = lambda: (
+    lambda d, h, bias: 4 * d * d + (4 * (d // h) if bias else 0),)

@@ -175,7 +175,8 @@ PARAMETERS = catalogue(
     "check_num_parameters", 8,
     no_bias=("the biases are missing: with bias=True each of the four "
              "layers has d_model of them", _MODULE),
-    bias_flag=("with bias=False there are no biases", _MODULE),
+    bias_flag=("with bias=False there are no biases",
+               "The library's module"),
     three_biases=("out_proj has a bias too: with bias=True each of the "
                   "four layers, q, k, v and out, has d_model biases",
                   "The output projection"),
@@ -196,6 +197,9 @@ PARAMETERS = catalogue(
     one_bias=("each layer has d_model biases, one per output feature, "
               "not one: with bias=True that is 4 * d_model in all",
               _MODULE),
+    head_biases=("each layer has d_model biases, one per output feature: "
+                 "the heads slice them as they slice the weights, d_k = "
+                 "d_model / H each, H * d_k = d_model in all", _MODULE),
     built_module=("that builds a module and counts its parameters; the "
                   "exercise counts from the shapes alone", _MODULE),
 )
@@ -224,6 +228,8 @@ def _wrong_counts(d: int, h: int, bias: bool) -> list:
             (PARAMETERS["three_biases"], 4 * d * d + 3 * b // 4),
             (PARAMETERS["no_output"], 3 * d * d + 3 * b // 4),
             (PARAMETERS["one_bias"], 4 * d * d + (4 if bias else 0)),
+            (PARAMETERS["head_biases"], 4 * d * d + (4 * (d // h)
+                                                     if bias else 0)),
             (PARAMETERS["per_head"], (4 * d * d + b) // h),
             (PARAMETERS["head_matrices"], (4 * d * d + b) * h),
             (PARAMETERS["head_matrices"], 4 * h * d * d + b),
