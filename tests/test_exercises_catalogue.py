@@ -2305,3 +2305,11 @@ WRONG["check_mha_forward"].update({
 
 WRONG["check_num_parameters"]["head_biases"] = lambda: (
     lambda d, h, bias: 4 * d * d + (4 * (d // h) if bias else 0),)
+
+
+# --- chapter 7: more planted mistakes ---
+
+WRONG["check_padding_mask"]["additive"] = lambda: (
+    lambda lengths, max_len: torch.zeros(len(lengths), 1, 1, max_len)
+    .masked_fill(torch.arange(max_len) >= lengths[:, None, None, None],
+                 float("-inf")),)
