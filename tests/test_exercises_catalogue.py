@@ -2308,3 +2308,35 @@ WRONG["check_block_params"]["four_d_model"] = lambda: (
 WRONG["check_pre_norm"]["swapped_norms"] = lambda: (
     lambda b, x: (lambda h: h + b.linear2(b.activation(b.linear1(
         b.norm1(h)))))(x + b.attn(b.norm2(x), need_weights=False)[0]),)
+
+
+
+# --- chapter 8: more planted mistakes ---
+
+
+def _mha_forward_wrong_input(which):
+    """The right forward, but one projection reads the wrong input:
+    k_proj the query, or v_proj the key."""
+    right = _mha_forward()
+
+    def forward(layers, num_heads, query, key, value, mask):
+        if which == "k_from_query":
+            return right(layers, num_heads, query, query, value, mask)
+        return right(layers, num_heads, query, key, key, mask)
+    return forward
+
+
+WRONG["check_mha_forward"].update({
+    name: (lambda name=name: (_mha_forward_wrong_input(name),))
+    for name in ("k_from_query", "v_from_key")})
+
+WRONG["check_num_parameters"]["head_biases"] = lambda: (
+    lambda d, h, bias: 4 * d * d + (4 * (d // h) if bias else 0),)
+
+
+# --- chapter 7: more planted mistakes ---
+
+WRONG["check_padding_mask"]["additive"] = lambda: (
+    lambda lengths, max_len: torch.zeros(len(lengths), 1, 1, max_len)
+    .masked_fill(torch.arange(max_len) >= lengths[:, None, None, None],
+                 float("-inf")),)

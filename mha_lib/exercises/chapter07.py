@@ -44,6 +44,9 @@ PADDING = catalogue(
                     "of the lengths", _PADDING),
     not_bool=("the mask should be bool: a 0/1 number mask would be added "
               "to the scores, not used to hide keys", _PADDING),
+    additive=("that is an additive float mask (0 to keep, a large negative "
+              "number to hide), added to the scores; the exercise asks for "
+              "the book's bool mask, True = may attend", "Float masks"),
 )
 
 
@@ -67,6 +70,11 @@ def check_padding_mask(
                 and given.shape == want.shape \
                 and torch.equal(given.long(), want.long()):
             return PADDING["not_bool"].verdict(call.label)
+        if isinstance(given, torch.Tensor) and given.is_floating_point() \
+                and given.shape == want.shape \
+                and bool((given[want] == 0).all()) \
+                and bool((given[~want] < -1e3).all()):
+            return PADDING["additive"].verdict(call.label)
         problem = check_tensor(
             call.label, given, want, axes="(B, 1, 1, Lk)", mistakes=[
                 (PADDING["inverted"], ~want),

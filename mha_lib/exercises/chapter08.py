@@ -175,7 +175,8 @@ PARAMETERS = catalogue(
     "check_num_parameters", 8,
     no_bias=("the biases are missing: with bias=True each of the four "
              "layers has d_model of them", _MODULE),
-    bias_flag=("with bias=False there are no biases", _MODULE),
+    bias_flag=("with bias=False there are no biases",
+               "The library's module"),
     three_biases=("out_proj has a bias too: with bias=True each of the "
                   "four layers, q, k, v and out, has d_model biases",
                   "The output projection"),
@@ -196,6 +197,9 @@ PARAMETERS = catalogue(
     one_bias=("each layer has d_model biases, one per output feature, "
               "not one: with bias=True that is 4 * d_model in all",
               _MODULE),
+    head_biases=("each layer has d_model biases, one per output feature: "
+                 "the heads slice them as they slice the weights, d_k = "
+                 "d_model / H each, H * d_k = d_model in all", _MODULE),
     built_module=("that builds a module and counts its parameters; the "
                   "exercise counts from the shapes alone", _MODULE),
 )
@@ -224,6 +228,8 @@ def _wrong_counts(d: int, h: int, bias: bool) -> list:
             (PARAMETERS["three_biases"], 4 * d * d + 3 * b // 4),
             (PARAMETERS["no_output"], 3 * d * d + 3 * b // 4),
             (PARAMETERS["one_bias"], 4 * d * d + (4 if bias else 0)),
+            (PARAMETERS["head_biases"], 4 * d * d + (4 * (d // h)
+                                                     if bias else 0)),
             (PARAMETERS["per_head"], (4 * d * d + b) // h),
             (PARAMETERS["head_matrices"], (4 * d * d + b) * h),
             (PARAMETERS["head_matrices"], 4 * h * d * d + b),
@@ -284,6 +290,11 @@ FORWARD = catalogue(
     keys_from_query=("the keys and values are projected from the query: "
                      "in cross-attention they come from key and value, "
                      "another sequence", _CROSS),
+    k_from_query=("k_proj reads the query: the keys come from key, the "
+                  "sequence attended to (the same tensor only in "
+                  "self-attention)", _CROSS),
+    v_from_key=("v_proj reads key: the values come from value (key and "
+                "value differ in general)", _CROSS),
     no_mask=("the mask is ignored: fill the scores where mask is False "
              "with -inf before the softmax (chapter 7)",
              "Masks go straight through"),
@@ -307,6 +318,10 @@ def _wrong_forward(layers: torch.nn.ModuleDict, num_heads: int,
         key, value = value, key
     if how == "keys_from_query":
         key = value = query
+    if how == "k_from_query":
+        key = query
+    if how == "v_from_key":
+        value = key
     q, k, v = (layers[name](t) for name, t in (
         ("q_proj", query), ("k_proj", key), ("v_proj", value)))
     batch, length, d_model = q.shape
@@ -344,9 +359,10 @@ def check_mha_forward(
     :class:`~mha_lib.MultiHeadAttention` holding the same weights."""
     generator = torch.Generator().manual_seed(84)
     # self-attention, padding & causal; cross-attention without a mask
-    # (distinct key and value); cross-attention with the source's pads
-    cases = ((2, 5, 5, 8, 4, "self"), (2, 4, 2, 6, 2, "cross"),
-             (2, 3, 5, 12, 3, "source_pad"))
+    # (distinct key and value; first Lq = Lk, so that keys projected
+    # from the query still run); cross-attention with the source's pads
+    cases = ((2, 5, 5, 8, 4, "self"), (2, 3, 3, 10, 2, "cross"),
+             (2, 4, 2, 6, 2, "cross"), (2, 3, 5, 12, 3, "source_pad"))
     for batch, lq, lk, d_model, heads, kind in cases:
         with torch.random.fork_rng():  # leave the reader's state alone
             torch.manual_seed(80 + d_model)
