@@ -2282,3 +2282,11 @@ WRONG["check_pre_norm"].update({
 })
 
 
+# --- chapter 2: more planted mistakes ---
+# a bias per row of the table; the count rounded, in units or millions.
+WRONG["check_embedding_parameters"].update({
+    "bias/per_row": lambda: (50257 * 768 + 50257,),
+    "rounded": lambda: (38_600_000,),
+    "rounded/millions": lambda: (38.6,),
+    "rounded/float": lambda: (3.8597e7,),
+})

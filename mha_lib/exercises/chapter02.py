@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -225,6 +226,9 @@ PARAMETERS = catalogue(
     "check_embedding_parameters", 2,
     bias=("an embedding table has no bias: one row of d_model numbers per "
           "token, nothing else", "The embedding table"),
+    rounded=("that is the count rounded; give the exact number of "
+             "parameters, every digit (rows times numbers per row)",
+             "The embedding table"),
     bytes=("that is the size in bytes in float32 (4 bytes a number), not "
            "the number of parameters", "The embedding table"),
     tied_twice=("that counts the table twice; the question is the token "
@@ -247,6 +251,19 @@ PARAMETERS = catalogue(
 )
 
 
+def _rounded(n: object, exact: int) -> bool:
+    """Whether ``n`` is ``exact`` rounded to fewer digits, counted in
+    units or in millions (38.6 for 38,597,376)."""
+    if isinstance(n, torch.Tensor) and n.numel() == 1:
+        n = n.item()
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        return False
+    return any(
+        n * scale != exact
+        and math.isclose(n * scale, round(exact, -k), rel_tol=1e-12)
+        for scale in (1, 10**6) for k in range(1, len(str(exact))))
+
+
 def check_embedding_parameters(n: int) -> Verdict:
     """Exercise 2.3: the number of parameters in GPT-2 small's token
     embedding table (a vocabulary of 50,257 tokens, ``d_model = 768``)."""
@@ -254,8 +271,11 @@ def check_embedding_parameters(n: int) -> Verdict:
     table = nn.Embedding(50257, 768,
                          _weight=torch.empty(50257, 768, device="meta"))
     expected = sum(p.numel() for p in table.parameters())
+    if _rounded(n, expected):
+        return PARAMETERS["rounded"].verdict(f"n = {n!r}")
     problem = check_number("n", n, expected, mistakes=[
         (PARAMETERS["bias"], expected + 768),
+        (PARAMETERS["bias"], expected + 50257),  # a bias per row
         (PARAMETERS["bytes"], 4 * expected),
         (PARAMETERS["tied_twice"], 2 * expected),
         (PARAMETERS["whole_model"], 124_412_160),
