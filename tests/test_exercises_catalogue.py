@@ -2290,3 +2290,13 @@ WRONG["check_embedding_parameters"].update({
     "rounded/millions": lambda: (38.6,),
     "rounded/float": lambda: (3.8597e7,),
 })
+
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.1: the right shape, the wrong rows (a scaled table, ids + 1).
+WRONG["check_onehot_embedding"].update({
+    "wrong_rows": lambda: (lambda ids, w: F.one_hot(
+        ids, w.size(0)).float() @ (2 * w),),
+    "wrong_rows/shifted": lambda: (lambda ids, w: F.one_hot(
+        (ids + 1) % w.size(0), w.size(0)).float() @ w,),
+})

@@ -53,6 +53,11 @@ ONEHOT = catalogue(
                "keeps the axes of ids and adds one, so do not flatten ids "
                "(or view the result back to (*ids.shape, d_model))",
                "An embedding is a lookup"),
+    wrong_rows=("the shape is right but the numbers are not the rows of "
+                "weight that ids pick: multiply the one-hot rows, "
+                "F.one_hot(ids, num_classes=weight.size(0)) cast to "
+                "weight's dtype, by weight itself, unchanged",
+                "An embedding is a lookup"),
     transposed=("weight is already (V, d_model), one row per token: "
                 "multiply by weight, not weight.T (nn.Linear stores its "
                 "matrix transposed; nn.Embedding does not)",
@@ -134,6 +139,11 @@ def check_onehot_embedding(
             return ONEHOT["flattened"].verdict(call.label)
         problem = check_tensor(call.label, call.value, expected,
                                axes="(..., d_model)")
+        given = call.value
+        if problem is not None and isinstance(given, torch.Tensor) \
+                and given.shape == expected.shape \
+                and given.dtype == expected.dtype:
+            return ONEHOT["wrong_rows"].verdict(call.label)
         if problem is not None:
             return problem
         if not call.record.used(*MATMUL):
