@@ -2340,3 +2340,22 @@ WRONG["check_padding_mask"]["additive"] = lambda: (
     lambda lengths, max_len: torch.zeros(len(lengths), 1, 1, max_len)
     .masked_fill(torch.arange(max_len) >= lengths[:, None, None, None],
                  float("-inf")),)
+
+# --- chapter 2: more planted mistakes ---
+# a bias per row of the table; the count rounded, in units or millions.
+WRONG["check_embedding_parameters"].update({
+    "bias/per_row": lambda: (50257 * 768 + 50257,),
+    "rounded": lambda: (38_600_000,),
+    "rounded/millions": lambda: (38.6,),
+    "rounded/float": lambda: (3.8597e7,),
+})
+
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.1: the right shape, the wrong rows (a scaled table, ids + 1).
+WRONG["check_onehot_embedding"].update({
+    "wrong_rows": lambda: (lambda ids, w: F.one_hot(
+        ids, w.size(0)).float() @ (2 * w),),
+    "wrong_rows/shifted": lambda: (lambda ids, w: F.one_hot(
+        (ids + 1) % w.size(0), w.size(0)).float() @ w,),
+})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -52,6 +53,11 @@ ONEHOT = catalogue(
                "keeps the axes of ids and adds one, so do not flatten ids "
                "(or view the result back to (*ids.shape, d_model))",
                "An embedding is a lookup"),
+    wrong_rows=("the shape is right but the numbers are not the rows of "
+                "weight that ids pick: multiply the one-hot rows, "
+                "F.one_hot(ids, num_classes=weight.size(0)) cast to "
+                "weight's dtype, by weight itself, unchanged",
+                "An embedding is a lookup"),
     transposed=("weight is already (V, d_model), one row per token: "
                 "multiply by weight, not weight.T (nn.Linear stores its "
                 "matrix transposed; nn.Embedding does not)",
@@ -133,6 +139,11 @@ def check_onehot_embedding(
             return ONEHOT["flattened"].verdict(call.label)
         problem = check_tensor(call.label, call.value, expected,
                                axes="(..., d_model)")
+        given = call.value
+        if problem is not None and isinstance(given, torch.Tensor) \
+                and given.shape == expected.shape \
+                and given.dtype == expected.dtype:
+            return ONEHOT["wrong_rows"].verdict(call.label)
         if problem is not None:
             return problem
         if not call.record.used(*MATMUL):
@@ -225,6 +236,9 @@ PARAMETERS = catalogue(
     "check_embedding_parameters", 2,
     bias=("an embedding table has no bias: one row of d_model numbers per "
           "token, nothing else", "The embedding table"),
+    rounded=("that is the count rounded; give the exact number of "
+             "parameters, every digit (rows times numbers per row)",
+             "The embedding table"),
     bytes=("that is the size in bytes in float32 (4 bytes a number), not "
            "the number of parameters", "The embedding table"),
     tied_twice=("that counts the table twice; the question is the token "
@@ -247,6 +261,19 @@ PARAMETERS = catalogue(
 )
 
 
+def _rounded(n: object, exact: int) -> bool:
+    """Whether ``n`` is ``exact`` rounded to fewer digits, counted in
+    units or in millions (38.6 for 38,597,376)."""
+    if isinstance(n, torch.Tensor) and n.numel() == 1:
+        n = n.item()
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        return False
+    return any(
+        n * scale != exact
+        and math.isclose(n * scale, round(exact, -k), rel_tol=1e-12)
+        for scale in (1, 10**6) for k in range(1, len(str(exact))))
+
+
 def check_embedding_parameters(n: int) -> Verdict:
     """Exercise 2.3: the number of parameters in GPT-2 small's token
     embedding table (a vocabulary of 50,257 tokens, ``d_model = 768``)."""
@@ -254,8 +281,11 @@ def check_embedding_parameters(n: int) -> Verdict:
     table = nn.Embedding(50257, 768,
                          _weight=torch.empty(50257, 768, device="meta"))
     expected = sum(p.numel() for p in table.parameters())
+    if _rounded(n, expected):
+        return PARAMETERS["rounded"].verdict(f"n = {n!r}")
     problem = check_number("n", n, expected, mistakes=[
         (PARAMETERS["bias"], expected + 768),
+        (PARAMETERS["bias"], expected + 50257),  # a bias per row
         (PARAMETERS["bytes"], 4 * expected),
         (PARAMETERS["tied_twice"], 2 * expected),
         (PARAMETERS["whole_model"], 124_412_160),
