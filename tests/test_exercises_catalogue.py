@@ -2216,8 +2216,13 @@ def _mha_forward(how=""):
                            "unscaled": 1.0}.get(how, math.sqrt(d_k))
         if mask is not None and how != "no_mask":
             scores = scores.masked_fill(
-                mask if how == "inverted" else ~mask, -1e9)
+                mask if how == "inverted" else ~mask,
+                float("-inf") if how == "empty_row_nan" else -1e9)
         weights = F.softmax(scores, dim=-2 if how == "softmax_dim" else -1)
+        if mask is not None and how not in ("no_mask", "empty_row_nan",
+                                            "empty_row_uniform"):
+            # a query with no key to attend: zeros (chapter 7)
+            weights = weights.masked_fill(~mask.any(-1, keepdim=True), 0.0)
         heads = weights @ split(v)
         if how == "merge_no_transpose":
             merged = heads.reshape(batch, length, d_model)
@@ -2247,7 +2252,8 @@ WRONG["check_mha_forward"] = {
     name: (lambda name=name: (_mha_forward(name),))
     for name in ("split_no_transpose", "merge_no_transpose", "no_out_proj",
                  "scale_d_model", "unscaled", "softmax_dim", "swapped",
-                 "keys_from_query", "no_mask", "inverted", "pair")}
+                 "keys_from_query", "no_mask", "inverted", "pair",
+                 "empty_row_nan", "empty_row_uniform")}
 WRONG["check_mha_forward"]["built_module"] = lambda: (_mha_forward_built,)
 RIGHT["check_mha_forward"] = [lambda: (_mha_forward(),),
                               lambda: (_mha_forward_library,)]

@@ -305,6 +305,15 @@ FORWARD = catalogue(
     built_module=("that builds a module and loads the layers into it; the "
                   "exercise writes the forward from the four layers",
                   _MODULE),
+    empty_row_nan=("a query that may attend no key (a left pad under the "
+                   "causal mask) gets NaN: its scores are all -inf; "
+                   "chapter 7's masked_softmax gives such a row zeros",
+                   "A row with nothing to attend to", 7),
+    empty_row_uniform=("a query that may attend no key (a left pad under "
+                       "the causal mask) gets uniform weights from a "
+                       "finite fill; the book gives it zeros, as chapter "
+                       "7's masked_softmax does",
+                       "A row with nothing to attend to", 7),
 )
 
 
@@ -361,8 +370,10 @@ def check_mha_forward(
     # self-attention, padding & causal; cross-attention without a mask
     # (distinct key and value; first Lq = Lk, so that keys projected
     # from the query still run); cross-attention with the source's pads
+    # last, left padding under the causal mask: the pads' rows see no key
     cases = ((2, 5, 5, 8, 4, "self"), (2, 3, 3, 10, 2, "cross"),
-             (2, 4, 2, 6, 2, "cross"), (2, 3, 5, 12, 3, "source_pad"))
+             (2, 4, 2, 6, 2, "cross"), (2, 3, 5, 12, 3, "source_pad"),
+             (2, 5, 5, 8, 4, "left_pad"))
     for batch, lq, lk, d_model, heads, kind in cases:
         with torch.random.fork_rng():  # leave the reader's state alone
             torch.manual_seed(80 + d_model)
@@ -372,10 +383,13 @@ def check_mha_forward(
             reference = MultiHeadAttention(d_model, heads)
         reference.load_state_dict(layers.state_dict())
         query = torch.randn(batch, lq, d_model, generator=generator)
-        if kind == "self":
+        if kind in ("self", "left_pad"):
             key = value = query
             lengths = torch.tensor([4, 2])  # every sentence has pads
             mask = padding_mask(lengths, lk) & causal_mask(lq)
+            if kind == "left_pad":  # the real tokens last
+                real = torch.arange(lk) >= (lk - lengths)[:, None]
+                mask = real[:, None, None, :] & causal_mask(lq)
         else:
             key = torch.randn(batch, lk, d_model, generator=generator)
             value = torch.randn(batch, lk, d_model, generator=generator)
@@ -396,12 +410,21 @@ def check_mha_forward(
             return FORWARD["built_module"].verdict(call.label)
         if isinstance(call.value, tuple):
             return FORWARD["pair"].verdict(call.label)
+        if kind == "left_pad" and isinstance(call.value, torch.Tensor):
+            empty = ~mask.any(-1).squeeze(1)  # (B, Lq): no key to attend
+            rows = call.value.detach()[empty]
+            if rows.isnan().any():
+                return FORWARD["empty_row_nan"].verdict(call.label)
+            if rows.shape == expected[empty].shape and not torch.allclose(
+                    rows, expected[empty], atol=1e-5):
+                return FORWARD["empty_row_uniform"].verdict(call.label)
         problem = check_tensor(
             call.label, call.value, expected, axes="(B, Lq, d_model)",
             mistakes=[(FORWARD[how], partial(
                 _wrong_forward, layers, heads, query, key, value, mask,
                 how)) for how in FORWARD if how not in (
-                    "pair", "built_module")] + [
+                    "pair", "built_module", "empty_row_nan",
+                    "empty_row_uniform")] + [
                 # a column with no key left: NaN with -inf, finite with
                 # a large negative fill, for a softmax over the queries
                 (FORWARD["softmax_dim"], partial(
