@@ -167,6 +167,19 @@ def _shift(k: float, d_model: int, exponent: float = 2.0) -> torch.Tensor:
     return torch.block_diag(*blocks).float()
 
 
+def _not_square(name: str, given: object, d_model: int) -> Verdict | None:
+    """The verdict on a matrix argument that is not a (d_model, d_model)
+    tensor; None when it is one."""
+    if not isinstance(given, torch.Tensor):
+        return Verdict(
+            False, f"{name} should be a tensor, got {type(given).__name__}")
+    if given.shape != (d_model, d_model):
+        return Verdict(
+            False, f"{name}: expected shape (d_model, d_model) = "
+                   f"{(d_model, d_model)}, got {tuple(given.shape)}")
+    return None
+
+
 def check_shift_matrix(
     M: torch.Tensor, k: int = 3, d_model: int = 8
 ) -> Verdict:
@@ -174,13 +187,8 @@ def check_shift_matrix(
     ``PE[pos + k] = M @ PE[pos]`` for every position, the same matrix for
     all of them."""
     pe = sinusoidal_encoding(64 + k, d_model)  # (L + k, d_model)
-    if not isinstance(M, torch.Tensor):
-        return Verdict(
-            False, f"M should be a tensor, got {type(M).__name__}")
-    if M.shape != (d_model, d_model):
-        return Verdict(
-            False, f"M: expected shape (d_model, d_model) = "
-                   f"{(d_model, d_model)}, got {tuple(M.shape)}")
+    if (wrong := _not_square("M", M, d_model)) is not None:
+        return wrong
     # row pos holds M @ PE[pos]; 1e-3 on entries of size 1 leaves room
     # for a least-squares fit, whose slow pairs are ill-conditioned
     shifted = pe[:-k] @ M.detach().to(pe.dtype).T
@@ -234,13 +242,8 @@ def check_ahead_matrix(W: torch.Tensor, d_model: int = 8) -> Verdict:
     """Exercise 3.3: a ``(d_model, d_model)`` matrix with which the score
     ``PE_p W PE_q^T`` is highest at ``q = p + 1`` for every position
     ``p`` of a 64-row table (``p = 0 .. 62``)."""
-    if not isinstance(W, torch.Tensor):
-        return Verdict(
-            False, f"W should be a tensor, got {type(W).__name__}")
-    if W.shape != (d_model, d_model):
-        return Verdict(
-            False, f"W: expected shape (d_model, d_model) = "
-                   f"{(d_model, d_model)}, got {tuple(W.shape)}")
+    if (wrong := _not_square("W", W, d_model)) is not None:
+        return wrong
     pe = sinusoidal_encoding(64, d_model).double()  # (L, d_model)
     scores = pe @ W.detach().double() @ pe.T  # (L, L): PE_p W PE_q^T
     favourite = scores[:-1].argmax(dim=-1)  # (L - 1,): best q for p

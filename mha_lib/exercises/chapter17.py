@@ -56,6 +56,12 @@ def _explain_window(error: BaseException, record) -> object:
     return WINDOW["python_and"] if "ambiguous" in str(error) else None
 
 
+def _not_a_function(made, signature: str) -> Verdict:
+    """The verdict on a maker that returned something not callable."""
+    return Verdict(False, f"{made.label} should return a function "
+                          f"{signature}, got {type(made.value).__name__}")
+
+
 def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
     """Exercise 17.1: ``fn(window)`` returns a FlexAttention ``mask_mod(b,
     h, q_idx, kv_idx)`` (True = may attend) equal to
@@ -68,9 +74,7 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
         if made.verdict is not None:
             return made.verdict
         if not callable(made.value):
-            return Verdict(False, f"{made.label} should return a function "
-                                  f"mask_mod(b, h, q_idx, kv_idx), got "
-                                  f"{type(made.value).__name__}")
+            return _not_a_function(made, "mask_mod(b, h, q_idx, kv_idx)")
         call = attempt(made.value, zero, zero, i, j,
                        shown="b, h, q_idx, kv_idx", explain=_explain_window)
         if call.verdict is not None:
@@ -280,9 +284,8 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
         if made.verdict is not None:
             return made.verdict
         if not callable(made.value):
-            return Verdict(False, f"{made.label} should return a function "
-                                  f"score_mod(score, b, h, q_idx, kv_idx), "
-                                  f"got {type(made.value).__name__}")
+            return _not_a_function(
+                made, "score_mod(score, b, h, q_idx, kv_idx)")
 
         def flex_attention_with_your_score_mod(score_mod=made.value):
             with warnings.catch_warnings():
