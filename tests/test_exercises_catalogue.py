@@ -2365,3 +2365,14 @@ WRONG["check_onehot_embedding"].update({
     "wrong_rows/shifted": lambda: (lambda ids, w: F.one_hot(
         (ids + 1) % w.size(0), w.size(0)).float() @ w,),
 })
+
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.1: the window forgotten (plain causal attention) is named as
+# such; a reversed distance under the causal part gives the same mask.
+del WRONG["check_window_mask_mod"]["reversed_sign"]
+WRONG["check_window_mask_mod"].update({
+    "no_window": lambda: (lambda w: lambda b, h, q, kv: q >= kv,),
+    "no_window/reversed_sign": lambda: (
+        lambda w: lambda b, h, q, kv: (q >= kv) & (kv - q < w),),
+})

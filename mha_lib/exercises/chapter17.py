@@ -38,6 +38,10 @@ WINDOW = catalogue(
     both_sides=("that window reaches both ways, |q_idx - kv_idx| < window: "
                 "a decoder's query must not see later keys, so require "
                 "q_idx >= kv_idx", _WINDOW),
+    no_window=("that is plain causal attention, every earlier key: the "
+               "window is missing (or its distance has the sign reversed, "
+               "kv_idx - q_idx < window, which every earlier key meets); "
+               "add q_idx - kv_idx < window", _WINDOW),
     reversed_sign=("the distance has its sign reversed: kv_idx - q_idx < "
                    "window holds for every earlier key; the query at "
                    "q_idx is kv_idx <= q_idx, so q_idx - kv_idx < window",
@@ -93,7 +97,7 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
                 (WINDOW["future"], past.triu(-(window - 1))),
                 (WINDOW["both_sides"], expected | expected.T),
                 (WINDOW["transposed"], expected.T),
-                (WINDOW["reversed_sign"], past.tril()),
+                (WINDOW["no_window"], past.tril()),
                 (WINDOW["reversed_sign"], past.tril(window - 1)),
             ])
         if problem is not None:
