@@ -2365,3 +2365,9 @@ WRONG["check_onehot_embedding"].update({
     "wrong_rows/shifted": lambda: (lambda ids, w: F.one_hot(
         (ids + 1) % w.size(0), w.size(0)).float() @ w,),
 })
+
+
+# --- chapter 8: more planted mistakes ---
+
+WRONG["check_concat_heads"]["head_axis"] = (  # (B, H, L*D): wrong axes fused
+    lambda: (lambda hs: torch.stack(hs, 1).flatten(2),))
