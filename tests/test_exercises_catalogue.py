@@ -2376,3 +2376,8 @@ WRONG["check_window_mask_mod"].update({
     "no_window/reversed_sign": lambda: (
         lambda w: lambda b, h, q, kv: (q >= kv) & (kv - q < w),),
 })
+
+# --- chapter 8: more planted mistakes ---
+
+WRONG["check_concat_heads"]["head_axis"] = (  # (B, H, L*D): wrong axes fused
+    lambda: (lambda hs: torch.stack(hs, 1).flatten(2),))

@@ -42,6 +42,10 @@ CONCAT = catalogue(
                   "without moving H next to D: reshape then mixes "
                   "positions and heads; transpose to (B, L, H, D) first",
                   _CONCAT),
+    head_axis=("the heads are stacked as (B, H, L, D) and L and D are "
+               "flattened: that fuses positions with features; the head "
+               "axis must sit next to D, so stack on dim=-2 (or "
+               "transpose to (B, L, H, D)) before flattening", _CONCAT),
     view=("view cannot fuse the axes of a transposed tensor, which is "
           "not contiguous in memory: use reshape, or "
           ".contiguous().view(...)",
@@ -84,6 +88,8 @@ def check_concat_heads(
                 (CONCAT["reversed"], torch.cat(per_head[::-1], dim=-1)),
                 (CONCAT["no_transpose"],
                  torch.stack(per_head, dim=1).reshape(batch, length, -1)),
+                (CONCAT["head_axis"],
+                 torch.stack(per_head, dim=1).flatten(2)),
             ])
         if problem is not None:
             return problem
