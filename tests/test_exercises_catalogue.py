@@ -2381,3 +2381,43 @@ WRONG["check_window_mask_mod"].update({
 
 WRONG["check_concat_heads"]["head_axis"] = (  # (B, H, L*D): wrong axes fused
     lambda: (lambda hs: torch.stack(hs, 1).flatten(2),))
+
+# --- chapter 14: more planted mistakes ---
+# Exercise 14.2 asks for unsqueeze, expand, reshape: picking the heads by
+# number (fancy indexing, index_select) is named like repeat_interleave;
+# basic indexing (x[:, :, None]) stays a right answer.
+
+WRONG["check_expand_kv"]["indexed"] = lambda: (
+    lambda x, h: x[:, torch.arange(h) // (h // x.size(1))],)
+
+
+@pytest.mark.parametrize("answer", [
+    lambda x, h: x[:, torch.arange(h) // (h // x.size(1))],
+    lambda x, h: x[:, [i // (h // x.size(1)) for i in range(h)]],
+    lambda x, h: x.index_select(1, torch.arange(h) // (h // x.size(1))),
+])
+def test_heads_picked_by_number_are_named(answer):
+    verdict = _check("check_expand_kv", (answer,))
+    assert not verdict
+    assert CATALOGUE["check_expand_kv"]["indexed"].message \
+        in verdict.message
+
+
+def test_basic_indexing_with_none_is_still_accepted():
+    verdict = _check("check_expand_kv", (
+        lambda x, h: x[:, :, None].expand(-1, -1, h // x.size(1), -1, -1)
+        .reshape(x.size(0), h, *x.shape[2:]),))
+    assert verdict
+
+# --- chapter 18: more planted mistakes ---
+# Exercise 18.2: one layer's cache multiplied by DeepSeek-V2's 60 layers.
+
+WRONG["check_latent_cache_bytes"]["all_layers"] = lambda: (
+    lambda c, r, length, b, s: 60 * (c + r) * length * b * s,)
+
+
+def test_sixty_layers_in_the_one_layer_function_is_named():
+    verdict = _check("check_latent_cache_bytes",
+                     WRONG["check_latent_cache_bytes"]["all_layers"]())
+    assert not verdict
+    assert "one layer" in verdict.message

@@ -1049,14 +1049,14 @@ def kv_cache(c: CacheStep) -> Svg:
              "one head drawn)", size=15, weight="bold")
     x0, w, gap = 150, 52, 8
     cols = [x0 + i * (w + gap) for i in range(L)]
-    svg.text(x0 - 12, 60, "position", size=13, anchor="end", fill=MUTED)
+    svg.text(x0 - 12, 60, "position", size=14, anchor="end", fill=MUTED)
     for i, cx in enumerate(cols):
-        svg.text(cx + w / 2, 60, str(i), size=13, fill=MUTED, weight="bold" if i == t
+        svg.text(cx + w / 2, 60, str(i), size=14, fill=MUTED, weight="bold" if i == t
                  else "normal")
     rows = [("token x", 72), ("query q = x W^{Q}", 114), ("key k = x W^{K}", 156),
             ("value v = x W^{V}", 198), (f"weight of q_{{{t}}}", 256)]
     for name, y in rows:
-        svg.text(x0 - 12, y + 22, name, size=13, anchor="end")
+        svg.text(x0 - 12, y + 22, name, size=14, anchor="end")
     for i, cx in enumerate(cols):
         for name, y in rows:
             kind = name.split()[0]
@@ -1064,11 +1064,11 @@ def kv_cache(c: CacheStep) -> Svg:
                 svg.rect(cx, y, w, 34, fill="#ffffff", stroke=BOX_EDGE, dash="4 3", rx=4)
                 continue
             if kind in ("token", "query") and i < t:
-                svg.text(cx + w / 2, y + 22, "\u2013", size=13, fill=FADED)
+                svg.text(cx + w / 2, y + 22, "\u2013", size=14, fill=FADED)
                 continue
             if kind == "weight":
                 svg.rect(cx, y, w, 34, fill=ACCENT, stroke=ACCENT_EDGE, rx=4)
-                svg.text(cx + w / 2, y + 22, f"{c.row[i]:.2f}", size=13, family=MONO)
+                svg.text(cx + w / 2, y + 22, f"{c.row[i]:.2f}", size=14, family=MONO)
                 continue
             letter = {"token": "x", "query": "q", "key": "k", "value": "v"}[kind]
             new = i == t
@@ -1089,12 +1089,12 @@ def kv_cache(c: CacheStep) -> Svg:
         (277, f"{fmt(c.weights)}; sentence 0,", "head 0 shown (sum 1)"),
     ]
     for y, first, second in notes:
-        svg.text(xs, y - (8 if second else 0), first, size=12.5, anchor="start")
+        svg.text(xs, y - (9 if second else 0), first, size=14, anchor="start")
         if second:
-            svg.text(xs, y + 9, second, size=12.5, anchor="start")
-    svg.text(xs, 304, f"no mask: x_{{{t}}} is the last", size=12.5, anchor="start")
+            svg.text(xs, y + 9.5, second, size=14, anchor="start")
+    svg.text(xs, 304, f"no mask: x_{{{t}}} is the last", size=14, anchor="start")
     svg.text(x0 - 6, 316, f"output for x_{{{t}}}: \u03a3_{{j}} w_{{j}} v_{{j}} per head, "
-             f"merged, then W^{{O}} \u2192 {fmt(c.output)}", size=13, anchor="start")
+             f"merged, then W^{{O}} \u2192 {fmt(c.output)}", size=14, anchor="start")
     legend = [(BOX, BOX_EDGE, None, "kept in the cache"),
               (HOT, HOT_EDGE, None, "computed now, appended"),
               ("#ffffff", BOX_EDGE, "3 2", "not decoded yet"),
@@ -1103,9 +1103,9 @@ def kv_cache(c: CacheStep) -> Svg:
         lx, ly = x0 - 6 + (k % 3) * 190, 338 + (k // 3) * 22
         svg.rect(lx, ly, 14, 14, fill=fill, stroke=edge, dash=dash, rx=2,
                  width=1.6 if k == 3 else 1.2)
-        svg.text(lx + 20, ly + 12, label, size=12.5, anchor="start")
-    svg.text(x0 + 184, 372, "\u2013", size=13, fill=FADED)
-    svg.text(x0 + 204, 372, "not needed any more", size=12.5, anchor="start")
+        svg.text(lx + 20, ly + 12, label, size=14, anchor="start")
+    svg.text(x0 + 184, 372, "\u2013", size=14, fill=FADED)
+    svg.text(x0 + 204, 372, "not needed any more", size=14, anchor="start")
     return svg
 
 
@@ -1615,7 +1615,7 @@ def latent_attention(p: LatentPicture) -> Svg:
         f"joined by q^R: {C + R} numbers. Every head attends over the cache as it lies, "
         f"keys [c_j; k^R_j] of {C + R} numbers and values c_j, one key/value head for all "
         f"{H} query heads (multi-query attention of width C + R). The weighted sum of "
-        f"latents ({C} numbers per head) goes through W_UV^(h), which folds into W_O. "
+        f"latents ({C} numbers per head) goes through W_UV^(h) ({C} to {D}), then W_O. "
         f"Numbers cached per token and layer: {sizes}.")
     svg = Svg(646, "Multi-head latent attention: projections, the absorbed form, and "
               "the cache per token", desc)
@@ -1656,10 +1656,10 @@ def latent_attention(p: LatentPicture) -> Svg:
     for r, name, note in proj:
         y = rows[r]
         svg.line(72, y + bh / 2, bx - 2, y + bh / 2)
-        box(bx, y, bw, bh, [(name, "bold", 13), (note, "normal", 12.5)])
+        box(bx, y, bw, bh, [(name, "bold", 13), (note, "normal", 13)])
         svg.line(bx + bw, y + bh / 2, cx_ - 2, y + bh / 2)
         text, note2, cached = results[r]
-        box(cx_, y, cw, bh, [(text, "bold", 13), (note2, "normal", 12.5)],
+        box(cx_, y, cw, bh, [(text, "bold", 13), (note2, "normal", 13)],
             fill=GREEN if cached else ACCENT, edge=GREEN_EDGE if cached else ACCENT_EDGE)
     # Up-projections from the latent.
     ux, uw = 356, 100
@@ -1674,9 +1674,9 @@ def latent_attention(p: LatentPicture) -> Svg:
         else:
             svg.path(f"M {cx_ + cw + 10:g} {rows[2] + bh / 2:g} V {y + bh / 2:g} "
                      f"H {ux - 2:g}")
-        box(ux, y, uw, bh, [(name, "bold", 13), (note, "normal", 12.5)])
+        box(ux, y, uw, bh, [(name, "bold", 13), (note, "normal", 13)])
         svg.line(ux + uw, y + bh / 2, kx - 2, y + bh / 2)
-        box(kx, y, kw, bh, [(out, "bold", 13), (f"{H} heads of {D}", "normal", 12.5)],
+        box(kx, y, kw, bh, [(out, "bold", 13), (f"{H} heads of {D}", "normal", 13)],
             fill=ACCENT, edge=ACCENT_EDGE)
     # Attention per head.
     ax, aw = 592, 146
@@ -1684,7 +1684,8 @@ def latent_attention(p: LatentPicture) -> Svg:
              width=1.6, rx=5)
     att = [("each head h:", "bold"), ("s = q^{C}\u00b7k^{C} + q^{R}\u00b7k^{R}", "normal"),
            ("over \u221a(D + R)", "normal"), ("o_{h} = \u03a3 softmax(s) v", "normal"),
-           ("y = W_{O} [o_{1}; \u2026; o_{4}]", "normal"), (f"({p.d_model})", "normal")]
+           (f"y = W_{{O}} [o_{{0}}; \u2026; o_{{{H - 1}}}]", "normal"),
+           (f"({p.d_model})", "normal")]
     for k, (text, weight) in enumerate(att):
         svg.text(ax + aw / 2, rows[0] + 38 + 33 * k, text, size=13.5, weight=weight)
     for r in (0, 1):
@@ -1703,18 +1704,18 @@ def latent_attention(p: LatentPicture) -> Svg:
         (14, 84, [(f"q^{{C}} ({D})", "bold", 13), (f"q^{{R}} ({R})", "bold", 13)],
          ACCENT, ACCENT_EDGE),
         (120, 130, [("W_{UK}^{T} q^{C}", "bold", 13), (f"({C}), joined by q^{{R}}:",
-                                                     "normal", 12.5),
-                    (f"{C} + {R} = {C + R} numbers", "normal", 12.5)],
+                                                     "normal", 13.5),
+                    (f"{C} + {R} = {C + R} numbers", "normal", 13.5)],
          ACCENT, ACCENT_EDGE),
         (272, 150, [("attend", "bold", 13), (f"keys [c_{{j}}; k^{{R}}_{{j}}] ({C + R})",
-                                             "normal", 12.5),
-                    (f"values c_{{j}} ({C})", "normal", 12.5)], ACCENT, ACCENT_EDGE),
+                                             "normal", 13.5),
+                    (f"values c_{{j}} ({C})", "normal", 13.5)], ACCENT, ACCENT_EDGE),
         (444, 118, [("\u03a3_{j} w_{j} c_{j}", "bold", 13), (f"({C} numbers)", "normal",
-                                                            12)],
+                                                            13.5)],
          ACCENT, ACCENT_EDGE),
-        (584, 154, [("W_{O} W_{UV}^{(h)}", "bold", 13),
-                    (f"{p.d_model}\u00d7{C} per head,", "normal", 12.5),
-                    (f"folded once \u2192 y ({p.d_model})", "normal", 12.5)],
+        (584, 154, [("W_{UV}^{(h)}, then W_{O}", "bold", 13),
+                    (f"{C} \u2192 {D} per head,", "normal", 13.5),
+                    (f"then y ({p.d_model})", "normal", 13.5)],
          ACCENT, ACCENT_EDGE),
     ]
     for k, (x, w, lines, fill, edge) in enumerate(steps):
@@ -1723,9 +1724,9 @@ def latent_attention(p: LatentPicture) -> Svg:
             px = steps[k - 1][0] + steps[k - 1][1]
             svg.line(px, y + h / 2, x - 2, y + h / 2)
     cx0, cy0 = 272, y + h + 24
-    box(cx0, cy0, 150, 50, [("the cache, read as is", "bold", 12.5),
-                            (f"{fmt(p.cached_values)} c", "normal", 12.5),
-                            (f"{fmt(p.cached_keys)} k^{{R}}", "normal", 12.5)],
+    box(cx0, cy0, 150, 58, [("the cache, read as is", "bold", 13),
+                            (f"{fmt(p.cached_values)} c", "normal", 13.5),
+                            (f"{fmt(p.cached_keys)} k^{{R}}", "normal", 13.5)],
         fill=GREEN, edge=GREEN_EDGE)
     svg.line(cx0 + 75, cy0, cx0 + 75, y + h + 2)
     svg.text(14, cy0 + 14, f"all {H} query heads read", size=13, anchor="start")

@@ -86,6 +86,9 @@ EXPAND = catalogue(
            "must share key/value head 0 (0, 0, 1, 1, ...)", _GQA),
     repeat_interleave=("the exercise builds it without repeat_interleave:"
                        " unsqueeze, expand, reshape", _GQA),
+    indexed=("indexing the head axis with head numbers copies, as the "
+             "step-by-step function does; the exercise builds it with "
+             "unsqueeze, expand, reshape", _GQA),
     copies_after_length=("the copies went next to the wrong axis: insert "
                          "the group axis right after the head axis, "
                          "x.unsqueeze(2), then merge the two", _GQA),
@@ -107,6 +110,27 @@ def _explain_expand(error: BaseException, record) -> object:
     if "expanded size of the tensor" in str(error):
         return EXPAND["expand_alone"]
     return None
+
+
+def _indexed_heads(record) -> bool:
+    """Whether the reader's code picked heads by number: an index of
+    integers in ``x[...]``, or ``index_select`` / ``gather``."""
+    if record.used(torch.index_select, torch.Tensor.index_select,
+                   torch.gather, torch.Tensor.gather):
+        return True
+
+    def by_number(item: object) -> bool:
+        if isinstance(item, torch.Tensor):
+            return item.dim() > 0 and not item.is_floating_point() \
+                and item.dtype != torch.bool
+        return isinstance(item, list)
+
+    for _, args, _ in record.find(torch.Tensor.__getitem__):
+        index = args[1] if len(args) > 1 else None
+        items = index if isinstance(index, tuple) else (index,)
+        if any(by_number(item) for item in items):
+            return True
+    return False
 
 
 def check_expand_kv(
@@ -147,6 +171,8 @@ def check_expand_kv(
         if call.record.used(torch.repeat_interleave,
                             torch.Tensor.repeat_interleave):
             return EXPAND["repeat_interleave"].verdict(call.label)
+        if _indexed_heads(call.record):
+            return EXPAND["indexed"].verdict(call.label)
     return Verdict(
         True, "key/value head g serves query heads g*H/H_kv to "
               "(g+1)*H/H_kv - 1, as repeat_interleave gives")

@@ -112,6 +112,9 @@ CACHE = catalogue(
                 "are not cached: C + R", "Positions need their own key"),
     bits=("that counts bits: bytes_per_number is already in bytes",
           _TABLE),
+    all_layers=("that is DeepSeek-V2's 60 layers: the function gives one "
+                "layer's cache; multiply by the layers only in the "
+                "question after it", _TABLE),
 )
 
 
@@ -143,6 +146,7 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["no_rope"], latent * tokens),
             (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
             (CACHE["bits"], 8 * full),
+            (CACHE["all_layers"], 60 * full),
         ])
         if problem is not None:
             return problem
