@@ -2365,3 +2365,36 @@ WRONG["check_onehot_embedding"].update({
     "wrong_rows/shifted": lambda: (lambda ids, w: F.one_hot(
         (ids + 1) % w.size(0), w.size(0)).float() @ w,),
 })
+
+
+# --- chapter 3: more planted mistakes ---
+# fairseq's frequency spacing, and positions floor-divided (//).
+
+def _pe_round8(length, d_model, how):
+    i = torch.arange(d_model // 2)
+    pos = torch.arange(length)[:, None]  # (L, 1)
+    if how == "fairseq":
+        angles = pos / 10000.0 ** (i / max(d_model // 2 - 1, 1))
+    else:
+        angles = pos // 10000.0 ** (2 * i / d_model)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angles.sin(), angles.cos()
+    return pe
+
+
+WRONG["check_sinusoidal"].update({
+    "fairseq": lambda: (lambda n, d: _pe_round8(n, d, "fairseq"),),
+    "floor_division": lambda: (lambda n, d: _pe_round8(n, d, "floor"),),
+})
+
+
+# --- chapter 5: more planted mistakes ---
+# Exercise 5.1 with the head count, or the head width, as a number.
+
+WRONG["check_split_heads"].update({
+    "heads_fixed": lambda: (
+        lambda x, h: x.view(x.size(0), x.size(1), 4, -1).transpose(1, 2),),
+    "heads_fixed/head_dim": lambda: (
+        lambda x, h: x.view(x.size(0), x.size(1), -1, 2).permute(
+            0, 2, 1, 3),),
+})
