@@ -2421,3 +2421,35 @@ def test_sixty_layers_in_the_one_layer_function_is_named():
                      WRONG["check_latent_cache_bytes"]["all_layers"]())
     assert not verdict
     assert "one layer" in verdict.message
+
+# --- chapter 3: more planted mistakes ---
+# fairseq's frequency spacing, and positions floor-divided (//).
+
+def _pe_round8(length, d_model, how):
+    i = torch.arange(d_model // 2)
+    pos = torch.arange(length)[:, None]  # (L, 1)
+    if how == "fairseq":
+        angles = pos / 10000.0 ** (i / max(d_model // 2 - 1, 1))
+    else:
+        angles = pos // 10000.0 ** (2 * i / d_model)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2], pe[:, 1::2] = angles.sin(), angles.cos()
+    return pe
+
+
+WRONG["check_sinusoidal"].update({
+    "fairseq": lambda: (lambda n, d: _pe_round8(n, d, "fairseq"),),
+    "floor_division": lambda: (lambda n, d: _pe_round8(n, d, "floor"),),
+})
+
+
+# --- chapter 5: more planted mistakes ---
+# Exercise 5.1 with the head count, or the head width, as a number.
+
+WRONG["check_split_heads"].update({
+    "heads_fixed": lambda: (
+        lambda x, h: x.view(x.size(0), x.size(1), 4, -1).transpose(1, 2),),
+    "heads_fixed/head_dim": lambda: (
+        lambda x, h: x.view(x.size(0), x.size(1), -1, 2).permute(
+            0, 2, 1, 3),),
+})

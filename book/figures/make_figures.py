@@ -328,26 +328,26 @@ def heads_side_by_side(s: Shapes) -> Svg:
         svg.line(cx + (i - (h - 1) / 2) * 14, top + 4, mid, 108, stroke=edge)
         svg.rect(x, 112, col_w, 318, fill="#ffffff", stroke=edge, width=1.4)
         svg.text(mid, 132, f"head {i}", size=15, weight="bold", fill=edge)
-        svg.text(mid, 150, f"XW_{{{i}}}^{{Q}},  XW_{{{i}}}^{{K}},  XW_{{{i}}}^{{V}}",
-                 size=13)
+        svg.text(mid, 157, f"XW_{{{i}}}^{{Q}},  XW_{{{i}}}^{{K}},  XW_{{{i}}}^{{V}}",
+                 size=15)
         for k, name in enumerate("QKV"):
             gx = mid - 48 + k * 36
-            _grid(svg, gx, 160, n, d, c, [(fill, edge)] * d)
-            svg.text(gx + d * c / 2, 160 + n * c + 16, f"{name}_{{{i}}}", size=13)
-        svg.text(mid, 250, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221ad_{{k}})", size=12.5)
-        ay = 262
+            _grid(svg, gx, 166, n, d, c, [(fill, edge)] * d)
+            svg.text(gx + d * c / 2, 166 + n * c + 17, f"{name}_{{{i}}}", size=15)
+        svg.text(mid, 260, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221ad_{{k}})", size=15)
+        ay = 270
         _grid(svg, mid - n * c / 2 - 30, ay, n, n, c, [(fill, edge)] * n)
-        svg.text(mid - 30 + n * c / 2 + 8, ay + 22, f"A_{{{i}}}", size=14, anchor="start",
+        svg.text(mid - 30 + n * c / 2 + 8, ay + 22, f"A_{{{i}}}", size=15, anchor="start",
                  weight="bold")
-        svg.text(mid - 30 + n * c / 2 + 8, ay + 40, f"{n} \u00d7 {n}", size=13,
+        svg.text(mid - 30 + n * c / 2 + 8, ay + 40, f"{n} \u00d7 {n}", size=14,
                  anchor="start", fill=MUTED)
-        svg.line(mid, ay + n * c + 4, mid, ay + n * c + 26, stroke=edge)
-        svg.text(mid + 6, ay + n * c + 20, f"A_{{{i}}}V_{{{i}}}", size=13, anchor="start")
-        oy = ay + n * c + 30
+        svg.line(mid, ay + n * c + 4, mid, ay + n * c + 24, stroke=edge)
+        svg.text(mid + 6, ay + n * c + 19, f"A_{{{i}}}V_{{{i}}}", size=15, anchor="start")
+        oy = ay + n * c + 28
         _grid(svg, mid - d * c / 2 - 30, oy, n, d, c, [(fill, edge)] * d)
-        svg.text(mid - 30 + d * c / 2 + 8, oy + 22, f"head_{{{i}}}", size=14,
+        svg.text(mid - 30 + d * c / 2 + 8, oy + 22, f"head_{{{i}}}", size=15,
                  anchor="start", weight="bold")
-        svg.text(mid - 30 + d * c / 2 + 8, oy + 40, f"{n} \u00d7 {d}", size=13,
+        svg.text(mid - 30 + d * c / 2 + 8, oy + 40, f"{n} \u00d7 {d}", size=14,
                  anchor="start", fill=MUTED)
     # concatenation, W^O, output: one matrix product on the bottom row
     c2, by = 12, 512
@@ -362,22 +362,23 @@ def heads_side_by_side(s: Shapes) -> Svg:
     svg.line(cat_x + dm * c2 / 2, 474, cat_x + dm * c2 / 2, by - 4)
     _grid(svg, cat_x, by, n, dm, c2, cat_fills)
     svg.text(cat_x + dm * c2 / 2, by + n * c2 + 18, "Concat(head_{0}, \u2026, "
-             f"head_{{{h - 1}}})", size=13, weight="bold")
-    svg.text(cat_x + dm * c2 / 2, by + n * c2 + 36, f"{n} \u00d7 {dm}", size=13, fill=MUTED)
+             f"head_{{{h - 1}}})", size=14, weight="bold")
+    svg.text(cat_x + dm * c2 / 2, by + n * c2 + 36, f"{n} \u00d7 {dm}", size=14, fill=MUTED)
     wx = cat_x + dm * c2 + 60
     svg.text(wx - 30, by + n * c2 / 2 + 6, "\u00d7", size=22)
-    _grid(svg, wx, by - (dm - n) * c2 / 2, dm, dm, c2, [(GREEN, GREEN_EDGE)] * dm)
-    svg.text(wx + dm * c2 / 2, by + n * c2 + 18 + (dm - n) * c2 / 2, "W^{O}", size=14,
+    wo_fill = [("#d1d5db", MUTED)] * dm  # grey: W^O mixes all heads, none's colour
+    _grid(svg, wx, by - (dm - n) * c2 / 2, dm, dm, c2, wo_fill)
+    svg.text(wx + dm * c2 / 2, by + n * c2 + 18 + (dm - n) * c2 / 2, "W^{O}", size=15,
              weight="bold")
     svg.text(wx + dm * c2 / 2, by + n * c2 + 36 + (dm - n) * c2 / 2,
-             f"{dm} \u00d7 {dm}", size=13, fill=MUTED)
+             f"{dm} \u00d7 {dm}", size=14, fill=MUTED)
     ox = wx + dm * c2 + 60
     svg.text(ox - 30, by + n * c2 / 2 + 6, "=", size=22)
     _grid(svg, ox, by, n, dm, c2, gray)
     svg.text(ox + dm * c2 + 14, by + 22, "output", size=14, weight="bold", anchor="start")
-    svg.text(ox + dm * c2 + 14, by + 40, f"{n} \u00d7 {dm}: each column", size=13,
+    svg.text(ox + dm * c2 + 14, by + 40, f"{n} \u00d7 {dm}: each column", size=14,
              anchor="start", fill=MUTED)
-    svg.text(ox + dm * c2 + 14, by + 58, "mixes all heads", size=13, anchor="start",
+    svg.text(ox + dm * c2 + 14, by + 58, "mixes all heads", size=14, anchor="start",
              fill=MUTED)
     return svg
 

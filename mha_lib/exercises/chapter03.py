@@ -44,6 +44,14 @@ SINUSOIDAL = catalogue(
     integer_division=("2 * i // d_model is integer division: it is 0 for "
                       "every pair, so all pairs turn at frequency 1; "
                       "write 2 * i / d_model", _FORMULA),
+    fairseq=("the frequencies are spaced as 10000 ** (-i / (d_model/2 "
+             "- 1)), fairseq's variant, so that the slowest is exactly "
+             "1/10000; the paper's formula divides by 10000 ** (2i / "
+             "d_model)", _FORMULA),
+    floor_division=("the positions are floor-divided (//): pos // "
+                    "10000 ** (...) rounds every angle down to a whole "
+                    "number; write pos / 10000 ** (2 * i / d_model)",
+                    _FORMULA),
     multiplied=("the positions are multiplied by 10000 ** (2i / d_model); "
                 "they are divided by it", _FORMULA),
     from_one=("the positions start at 1; they start at 0, so row 0 is "
@@ -60,9 +68,13 @@ def _table(length: int, d_model: int, exponent: float = 2.0,
     """The sinusoidal table, or one of its usual wrong versions."""
     i = torch.arange(d_model // 2, dtype=torch.float64)  # pair index
     power = 10000.0 ** (exponent * i / d_model)  # (d_model/2,)
+    if layout == "fairseq":  # 10000 ** (i / (d_model/2 - 1))
+        power = 10000.0 ** (i / max(d_model // 2 - 1, 1))
     pos = torch.arange(start, start + length,
                        dtype=torch.float64)[:, None]  # (L, 1)
     angles = pos / power if divide else pos * power  # (L, d_model/2)
+    if layout == "floor":  # pos // power
+        angles = torch.div(pos, power, rounding_mode="floor")
     sin, cos = angles.sin(), angles.cos()
     if layout == "column_index":  # cos column 2i + 1: (2i + 1) / d_model
         cos = (pos / 10000.0 ** ((2 * i + 1) / d_model)).cos()
@@ -111,6 +123,10 @@ def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                  partial(_table, *size, layout="column_index")),
                 (SINUSOIDAL["integer_division"],
                  partial(_table, *size, 0.0)),
+                (SINUSOIDAL["fairseq"],
+                 partial(_table, *size, layout="fairseq")),
+                (SINUSOIDAL["floor_division"],
+                 partial(_table, *size, layout="floor")),
                 (SINUSOIDAL["multiplied"],
                  partial(_table, *size, divide=False)),
                 (SINUSOIDAL["from_one"], partial(_table, *size, start=1)),

@@ -65,6 +65,11 @@ SPLIT = catalogue(
     hard_coded=("it fits the running example only; read B, L and "
                 "d_model from x.shape and compute D = d_model // "
                 "num_heads, since the checker tries other sizes", _COLUMNS),
+    heads_fixed=("the number of heads (or D) is written as a number, "
+                 "the running example's H = 4 (or D = 2): take H from "
+                 "the num_heads argument and compute D = d_model // "
+                 "num_heads, since the checker tries other sizes",
+                 _COLUMNS),
     plain_view=("that is x.view(B, H, L, D): the right shape, but each "
                 "head mixes tokens; view as (B, L, H, D), then swap L and "
                 "H", _WRONG_WAY),
@@ -128,6 +133,10 @@ def check_split_heads(
                     batch, length, num_heads, head_dim).transpose(2, 3)),
                 (SPLIT["transpose_first"], x.transpose(1, 2).reshape(
                     batch, num_heads, length, head_dim)),
+                *[(SPLIT["heads_fixed"], x.reshape(
+                    batch, length, h, d_model // h).transpose(1, 2))
+                  for h in (4, d_model // 2)
+                  if h != num_heads and d_model % h == 0],
             ])
         if problem is not None:
             return problem
