@@ -2365,3 +2365,15 @@ WRONG["check_onehot_embedding"].update({
     "wrong_rows/shifted": lambda: (lambda ids, w: F.one_hot(
         (ids + 1) % w.size(0), w.size(0)).float() @ w,),
 })
+
+
+# --- chapter 12: more planted mistakes ---
+
+WRONG["check_pre_norm"].update({
+    "swapped_order": lambda: (lambda b, x: (lambda h: h + b.attn(
+        b.norm1(h), need_weights=False)[0])(x + b.linear2(
+            b.activation(b.linear1(b.norm2(x))))),),
+    "swapped_order/norms_too": lambda: (lambda b, x: (lambda h: h + b.attn(
+        b.norm2(h), need_weights=False)[0])(x + b.linear2(
+            b.activation(b.linear1(b.norm1(x))))),),
+})
