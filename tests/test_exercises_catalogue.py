@@ -2452,4 +2452,14 @@ WRONG["check_split_heads"].update({
     "heads_fixed/head_dim": lambda: (
         lambda x, h: x.view(x.size(0), x.size(1), -1, 2).permute(
             0, 2, 1, 3),),
+
+# --- chapter 12: more planted mistakes ---
+
+WRONG["check_pre_norm"].update({
+    "swapped_order": lambda: (lambda b, x: (lambda h: h + b.attn(
+        b.norm1(h), need_weights=False)[0])(x + b.linear2(
+            b.activation(b.linear1(b.norm2(x))))),),
+    "swapped_order/norms_too": lambda: (lambda b, x: (lambda h: h + b.attn(
+        b.norm2(h), need_weights=False)[0])(x + b.linear2(
+            b.activation(b.linear1(b.norm1(x))))),),
 })

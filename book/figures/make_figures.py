@@ -738,10 +738,12 @@ def block(s: Shapes) -> Svg:
         "connection); that sum goes through LayerNorm, then the feed-forward network, whose "
         "output is added to that sum. Right, post-norm (the original transformer): x goes "
         "through multi-head attention, is added to x, then LayerNorm; then the "
-        "feed-forward network, added to its input, then LayerNorm. The feed-forward "
+        "feed-forward network, added to its input, then LayerNorm. In both, dropout acts "
+        "on each sublayer's output just before it is added. A pre-norm stack ends with "
+        "one final LayerNorm after its last block (dashed). The feed-forward "
         f"network is Linear {s.d_model} to {s.d_ff}, an activation, Linear {s.d_ff} to "
         f"{s.d_model}; its hidden shape is {hid}.")
-    svg = Svg(490, "The transformer block: pre-norm and post-norm", desc)
+    svg = Svg(620, "The transformer block: pre-norm and post-norm", desc)
     ffn_lines = (f"FFN: Linear {s.d_model}\u2192{s.d_ff}", f"activation on {hid}",
                  f"Linear {s.d_ff}\u2192{s.d_model}")
 
@@ -766,7 +768,16 @@ def block(s: Shapes) -> Svg:
                 y += 41
                 continue
             svg.line(mid, y, mid, y + 18)
-            if step == "LN":
+            if step == "D":  # dropout on the sublayer's output
+                svg.rect(mid - 50, y + 20, 100, 26, fill="#ffffff", dash="4 3")
+                svg.text(mid, y + 38, "dropout", size=13)
+                y += 46
+            elif step == "LNf":  # once, after the last block of a stack
+                svg.rect(mid - w / 2, y + 20, w, 46, fill=BOX, dash="5 4")
+                svg.text(mid, y + 39, "final LayerNorm", size=14)
+                svg.text(mid, y + 57, "(after the last block only)", size=12.5)
+                y += 66
+            elif step == "LN":
                 svg.rect(mid - w / 2, y + 20, w, 34, fill=BOX)
                 svg.text(mid, y + 42, "LayerNorm", size=14)
                 y += 54
@@ -784,10 +795,11 @@ def block(s: Shapes) -> Svg:
         svg.text(mid, y + 36, f"output  {x_shape}", size=14, family=MONO)
 
     column(45, "pre-norm (GPT-2; Llama with RMSNorm)",
-           ["branch", "LN", "MHA", "+", "branch", "LN", "FFN", "+"])
+           ["branch", "LN", "MHA", "D", "+", "branch", "LN", "FFN", "D", "+",
+            "LNf"])
     column(405, "post-norm (the 2017 transformer)",
-           ["branch", "MHA", "+", "LN", "branch", "FFN", "+", "LN"])
-    svg.line(375, 12, 375, 478, arrow=False, stroke=BOX_EDGE, width=1, dash="5 4")
+           ["branch", "MHA", "D", "+", "LN", "branch", "FFN", "D", "+", "LN"])
+    svg.line(375, 12, 375, 608, arrow=False, stroke=BOX_EDGE, width=1, dash="5 4")
     return svg
 
 

@@ -125,6 +125,9 @@ PRE_NORM = catalogue(
     parallel=("this is the parallel form (GPT-J's): attention and the "
               "FFN both read norm1(x). The block is sequential: "
               "h = x + attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
+    swapped_order=("the sublayers run in the wrong order (the FFN first): "
+                   "attention comes first, h = x + attn(norm1(x)), then "
+                   "the FFN, h + ffn(norm2(h))", _BLOCK),
 )
 
 
@@ -164,6 +167,10 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         if how == "no_first_residual":
             h = attn(n1(x))
             return h + ffn(n2(h))
+        if how in ("swapped_order", "swapped_order2"):  # the FFN first
+            first, second = (n2, n1) if how == "swapped_order" else (n1, n2)
+            h = x + ffn(first(x))
+            return h + attn(second(h))
         h = x + attn(n1(x), x if how == "raw_key_value" else None)
         if how == "no_second_residual":
             return ffn(n2(h))
@@ -225,7 +232,7 @@ def check_pre_norm(
                     "post_norm", "normalised_stream", "no_residual",
                     "no_first_residual", "stale_ffn_input", "parallel",
                     "no_second_residual", "one_norm", "swapped_norms",
-                    "raw_key_value",
+                    "raw_key_value", "swapped_order", "swapped_order2",
                     "no_activation", "fixed_relu", "final_norm",
                     "final_norm2")])
         if problem is not None:
