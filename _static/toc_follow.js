@@ -4,7 +4,8 @@
    scroll bar, a link or a search hit) carries the heading past it unseen, and on the
    API page, whose headings are screens apart, an earlier section then stayed marked
    for many screens. After every scroll this marks the last heading above the band's
-   lower edge, with the theme's own classes. */
+   lower edge, with the theme's own classes, and scrolls a contents list taller than
+   the window to it. */
 (function () {
   function follow() {
     const nav = document.querySelector("#pst-page-toc-nav");
@@ -19,6 +20,7 @@
     });
     if (!headings.some(Boolean)) return;
     let pending = false;
+    let shown = null;
 
     function mark() {
       pending = false;
@@ -29,7 +31,8 @@
           current = links[i];
         }
       });
-      if (current === null) return;  // above the first heading: leave it
+      if (current === null || current === shown) return;  // nothing new
+      shown = current;
       links.forEach(function (link) {
         if (link === current) {
           link.classList.add("active");
@@ -42,6 +45,14 @@
       entries.forEach(function (entry) {
         entry.classList.toggle("active", entry.contains(current));
       });
+      // a long contents list scrolls: bring the marked entry into its view
+      const box = nav.closest(".bd-sidebar-secondary");
+      if (box && box.scrollHeight > box.clientHeight) {
+        const at = current.getBoundingClientRect();
+        const view = box.getBoundingClientRect();
+        if (at.bottom > view.bottom) box.scrollTop += at.bottom - view.bottom + 24;
+        else if (at.top < view.top) box.scrollTop -= view.top - at.top + 24;
+      }
     }
 
     window.addEventListener("scroll", function () {
