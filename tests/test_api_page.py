@@ -378,15 +378,46 @@ def test_a_wrong_example_fails() -> None:
     assert runner.failures == 1
 
 
+def checker_rows(text: str) -> list[tuple[int, str, str]]:
+    """The rows of the page's table of checkers: (chapter, checker, what the row says
+    it names)."""
+    return [(int(m["chapter"]), m["name"], m["names"]) for m in re.finditer(
+        r"^\| [^|]* \| \{py:func\}`~mha_lib\.exercises\.chapter(?P<chapter>\d\d)\."
+        r"(?P<name>check_\w+)` \| (?P<names>[^|]+) \|$", text, re.MULTILINE)]
+
+
 def test_the_checker_table_follows_each_chapters_all() -> None:
     """The table lists each chapter's checkers in exercise order, and the folded entries
     follow the module's ``__all__`` (autodoc's bysource order): the two must agree."""
-
-    for line in API_PAGE.read_text(encoding="utf-8").splitlines():
-        if not (found := re.match(r"\| \[(\d+)\]", line)):
-            continue
-        module = importlib.import_module(
-            f"mha_lib.exercises.chapter{int(found.group(1)):02d}")
-        listed = re.findall(r"chapter\d\d\.(check_\w+)`", line)
+    listed: dict[int, list[str]] = {}
+    for chapter, name, _ in checker_rows(API_PAGE.read_text(encoding="utf-8")):
+        listed.setdefault(chapter, []).append(name)
+    assert listed, "no checker rows found on the page"
+    for chapter, names in listed.items():
+        module = importlib.import_module(f"mha_lib.exercises.chapter{chapter:02d}")
         in_all = [n for n in module.__all__ if n.startswith("check_")]
-        assert listed == in_all, f"chapter {found.group(1)}: {listed} != {in_all}"
+        assert names == in_all, f"chapter {chapter}: {names} != {in_all}"
+
+
+def miscounted_checkers(text: str) -> list[str]:
+    """Rows whose count of mistakes ("7: MB or bytes for MiB, ...") is not the number
+    the checker's catalogue registers."""
+    from mha_lib.exercises.verdict import CATALOGUE
+    return [f"{name}: the page says {names.split(':')[0]}, the checker names "
+            f"{len(CATALOGUE[name])}" for _, name, names in checker_rows(text)
+            if names.split(":")[0] != str(len(CATALOGUE[name]))]
+
+
+def test_the_checker_table_counts_each_checkers_mistakes() -> None:
+    text = API_PAGE.read_text(encoding="utf-8")
+    assert len(checker_rows(text)) == len(
+        [n for n in exercises_all() if n.startswith("check_")])
+    assert not miscounted_checkers(text), miscounted_checkers(text)
+    planted = text.replace("| 7: MB or bytes for MiB", "| 6: MB or bytes for MiB")
+    assert miscounted_checkers(planted) == [
+        "check_weights_mib: the page says 6, the checker names 7"]
+
+
+def exercises_all() -> list[str]:
+    from mha_lib import exercises
+    return list(exercises.__all__)

@@ -108,3 +108,54 @@ def test_a_planted_uncited_entry_is_found() -> None:
     text = (REPO / f"{REFERENCES}.md").read_text(encoding="utf-8")
     assert "nobody2099planted" not in topic_keys(text)
     assert "nobody2099planted" in topic_keys(text + "\n* {cite:t}`nobody2099planted`\n")
+
+
+# --- year letters: "Liu et al., 2020a" and "2020b" ------------------------------------------
+
+def year_letter_problems(bib: BibliographyData) -> list[str]:
+    """Entries whose year letter is wrong. The letters are typed in references.bib
+    (``year = {2020a}``); entries whose labels would otherwise print alike must take
+    a, b, ... in order of publication (read from their arXiv numbers), and no other
+    entry may take one."""
+    import sys
+    sys.path.insert(0, str(REPO / "_ext"))
+    from book_links import author_year_label
+
+    groups: dict[str, list[tuple[str, str, str]]] = {}
+    for key, entry in bib.entries.items():
+        label = author_year_label(entry)  # "Liu et al., 2020a"
+        base = re.sub(r"(\d{4})[a-z]$", r"\1", label)
+        arxiv = re.search(r"arxiv\.org/abs/(\d{4}\.\d{4,5})",
+                          entry.fields.get("url", ""))
+        groups.setdefault(base, []).append(
+            (arxiv[1] if arxiv else "", key, label))
+    problems = []
+    for base, members in groups.items():
+        if len(members) == 1:
+            letters = [""]
+        else:
+            assert all(m[0] for m in members), (
+                f"{base}: entries without an arXiv number to order them by")
+            letters = "abcdefghij"[:len(members)]
+        for (_, key, label), letter in zip(sorted(members), letters,
+                                              strict=True):
+            if label != base + letter:
+                problems.append(f"{key}: {label}, not {base + letter}")
+    return problems
+
+
+def test_year_letters_follow_the_order_of_publication() -> None:
+    assert not year_letter_problems(parse_file(BIB_PATH))
+
+
+def test_a_swapped_year_letter_is_found() -> None:
+    bib = parse_file(BIB_PATH)
+    bib.entries["touvron2023llama"].fields["year"] = "2023b"
+    bib.entries["touvron2023llama2"].fields["year"] = "2023a"
+    assert sorted(year_letter_problems(bib)) == [
+        "touvron2023llama2: Touvron et al., 2023a, not Touvron et al., 2023b",
+        "touvron2023llama: Touvron et al., 2023b, not Touvron et al., 2023a"]
+    bib = parse_file(BIB_PATH)
+    bib.entries["vaswani2017attention"].fields["year"] = "2017a"
+    assert year_letter_problems(bib) == [
+        "vaswani2017attention: Vaswani et al., 2017a, not Vaswani et al., 2017"]
