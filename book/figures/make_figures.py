@@ -328,26 +328,26 @@ def heads_side_by_side(s: Shapes) -> Svg:
         svg.line(cx + (i - (h - 1) / 2) * 14, top + 4, mid, 108, stroke=edge)
         svg.rect(x, 112, col_w, 318, fill="#ffffff", stroke=edge, width=1.4)
         svg.text(mid, 132, f"head {i}", size=15, weight="bold", fill=edge)
-        svg.text(mid, 150, f"XW_{{{i}}}^{{Q}},  XW_{{{i}}}^{{K}},  XW_{{{i}}}^{{V}}",
-                 size=13)
+        svg.text(mid, 152, f"XW_{{{i}}}^{{Q}},  XW_{{{i}}}^{{K}},  XW_{{{i}}}^{{V}}",
+                 size=15)
         for k, name in enumerate("QKV"):
             gx = mid - 48 + k * 36
             _grid(svg, gx, 160, n, d, c, [(fill, edge)] * d)
-            svg.text(gx + d * c / 2, 160 + n * c + 16, f"{name}_{{{i}}}", size=13)
-        svg.text(mid, 250, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221ad_{{k}})", size=12.5)
+            svg.text(gx + d * c / 2, 160 + n * c + 17, f"{name}_{{{i}}}", size=15)
+        svg.text(mid, 252, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221ad_{{k}})", size=14.5)
         ay = 262
         _grid(svg, mid - n * c / 2 - 30, ay, n, n, c, [(fill, edge)] * n)
-        svg.text(mid - 30 + n * c / 2 + 8, ay + 22, f"A_{{{i}}}", size=14, anchor="start",
+        svg.text(mid - 30 + n * c / 2 + 8, ay + 22, f"A_{{{i}}}", size=15, anchor="start",
                  weight="bold")
-        svg.text(mid - 30 + n * c / 2 + 8, ay + 40, f"{n} \u00d7 {n}", size=13,
+        svg.text(mid - 30 + n * c / 2 + 8, ay + 41, f"{n} \u00d7 {n}", size=14,
                  anchor="start", fill=MUTED)
         svg.line(mid, ay + n * c + 4, mid, ay + n * c + 26, stroke=edge)
-        svg.text(mid + 6, ay + n * c + 20, f"A_{{{i}}}V_{{{i}}}", size=13, anchor="start")
+        svg.text(mid + 6, ay + n * c + 20, f"A_{{{i}}}V_{{{i}}}", size=15, anchor="start")
         oy = ay + n * c + 30
         _grid(svg, mid - d * c / 2 - 30, oy, n, d, c, [(fill, edge)] * d)
-        svg.text(mid - 30 + d * c / 2 + 8, oy + 22, f"head_{{{i}}}", size=14,
+        svg.text(mid - 30 + d * c / 2 + 8, oy + 22, f"head_{{{i}}}", size=15,
                  anchor="start", weight="bold")
-        svg.text(mid - 30 + d * c / 2 + 8, oy + 40, f"{n} \u00d7 {d}", size=13,
+        svg.text(mid - 30 + d * c / 2 + 8, oy + 41, f"{n} \u00d7 {d}", size=14,
                  anchor="start", fill=MUTED)
     # concatenation, W^O, output: one matrix product on the bottom row
     c2, by = 12, 512
