@@ -2463,3 +2463,21 @@ WRONG["check_pre_norm"].update({
         b.norm2(h), need_weights=False)[0])(x + b.linear2(
             b.activation(b.linear1(b.norm1(x))))),),
 })
+
+# --- chapter 1: more planted mistakes ---
+# Exercise 1.3: a merge that no catalogued mistake explains still gets the
+# section to read, as every other hint does.
+def test_bpe_fallback_hint_names_its_section():
+    verdict = _check("check_bpe_merges",
+                     ([("u", "g"), ("b", "ug"), ("ug", "</w>")],))
+    assert not verdict.ok
+    assert "(see 'Unknown words: subword tokenizers' in chapter 1)" in (
+        " ".join(verdict.message.split()))
+
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.3: 2 n is also the table's bfloat16 bytes; the hint says both.
+def test_twice_the_table_names_bytes_and_untied():
+    verdict = _check("check_embedding_parameters", (2 * 50257 * 768,))
+    assert not verdict.ok
+    assert "bytes" in verdict.message and "untied" in verdict.message

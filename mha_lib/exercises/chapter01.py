@@ -393,4 +393,5 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
                                          f"{merges[first]}")
     return Verdict(False, f"merges[{first}] is not the most frequent "
                           f"pair after the merges before it: count the "
-                          f"pairs again, weighted by the word counts")
+                          f"pairs again, weighted by the word counts "
+                          f"(see '{SECTION}' in chapter 1)")

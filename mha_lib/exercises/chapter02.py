@@ -241,8 +241,11 @@ PARAMETERS = catalogue(
              "The embedding table"),
     bytes=("that is the size in bytes in float32 (4 bytes a number), not "
            "the number of parameters", "The embedding table"),
-    tied_twice=("that counts the table twice; the question is the token "
-                "embedding table alone", "The embedding table"),
+    tied_twice=("that is twice the table: its size in bytes in bfloat16 "
+                "(2 bytes a number, asked next), or the table counted "
+                "twice, as an untied input and output layer; the question "
+                "is the parameters of the token embedding table alone",
+                "The embedding table"),
     whole_model=("that is all of GPT-2 small, 124,412,160 parameters; "
                  "the question is its token embedding table alone",
                  "The embedding table"),
