@@ -2365,3 +2365,25 @@ WRONG["check_onehot_embedding"].update({
     "wrong_rows/shifted": lambda: (lambda ids, w: F.one_hot(
         (ids + 1) % w.size(0), w.size(0)).float() @ w,),
 })
+
+
+# --- chapter 9: more planted mistakes ---
+# Exercise 9.3: the biases forgotten (bias=False always), by
+# load_state_dict (d2l's "bias" key is unexpected) or by copy_ of the
+# weights; the reverse, bias=True always, by load_state_dict ("bias"
+# missing).
+
+def _d2l_to_mha_loaded(d2l, bias):
+    mha = MultiHeadAttention(d2l.W_o.out_features, d2l.num_heads, bias=bias)
+    for old, new in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"),
+                     ("W_o", "out_proj")):
+        getattr(mha, new).load_state_dict(getattr(d2l, old).state_dict())
+    return mha
+
+
+WRONG["check_d2l_to_mha"].update({
+    "no_bias": lambda: (lambda d: _d2l_to_mha_loaded(d, bias=False),),
+    "no_bias/copied": lambda: (lambda d: d2l_to_mha(d, bias=False),),
+    "extra_bias/loaded": lambda: (
+        lambda d: _d2l_to_mha_loaded(d, bias=True),),
+})
