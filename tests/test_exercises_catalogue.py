@@ -2387,3 +2387,11 @@ WRONG["check_d2l_to_mha"].update({
     "extra_bias/loaded": lambda: (
         lambda d: _d2l_to_mha_loaded(d, bias=True),),
 })
+
+
+# --- chapter 10: more planted mistakes ---
+# Exercise 10.2: padding only, left un-broadcast as (B, 1, L): the hint
+# names the missing causal part, not only the shape.
+
+WRONG["check_einops_mask"]["padding_only/unbroadcast"] = lambda: (
+    lambda v, length: ~padding_mask(v, length)[:, 0],)
