@@ -2481,3 +2481,32 @@ def test_twice_the_table_names_bytes_and_untied():
     verdict = _check("check_embedding_parameters", (2 * 50257 * 768,))
     assert not verdict.ok
     assert "bytes" in verdict.message and "untied" in verdict.message
+
+# --- chapter 9: more planted mistakes ---
+# Exercise 9.3: the biases forgotten (bias=False always), by
+# load_state_dict (d2l's "bias" key is unexpected) or by copy_ of the
+# weights; the reverse, bias=True always, by load_state_dict ("bias"
+# missing).
+
+def _d2l_to_mha_loaded(d2l, bias):
+    mha = MultiHeadAttention(d2l.W_o.out_features, d2l.num_heads, bias=bias)
+    for old, new in (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"),
+                     ("W_o", "out_proj")):
+        getattr(mha, new).load_state_dict(getattr(d2l, old).state_dict())
+    return mha
+
+
+WRONG["check_d2l_to_mha"].update({
+    "no_bias": lambda: (lambda d: _d2l_to_mha_loaded(d, bias=False),),
+    "no_bias/copied": lambda: (lambda d: d2l_to_mha(d, bias=False),),
+    "extra_bias/loaded": lambda: (
+        lambda d: _d2l_to_mha_loaded(d, bias=True),),
+})
+
+
+# --- chapter 10: more planted mistakes ---
+# Exercise 10.2: padding only, left un-broadcast as (B, 1, L): the hint
+# names the missing causal part, not only the shape.
+
+WRONG["check_einops_mask"]["padding_only/unbroadcast"] = lambda: (
+    lambda v, length: ~padding_mask(v, length)[:, 0],)

@@ -165,6 +165,9 @@ D2L = catalogue(
     extra_bias=("the new module has biases the d2l module does not have: "
                 "MultiHeadAttention(..., bias=False) when d2l.W_q.bias is "
                 "None", _SAME),
+    no_bias=("the new module has no biases, but the d2l module has: "
+             "MultiHeadAttention(..., bias=d2l.W_q.bias is not None)",
+             _SAME),
     bias_not_copied=("the biases were not copied: load_state_dict or "
                      "copy_ copies weight and bias together", _SAME),
     num_heads=("the number of heads differs: take d2l.num_heads", _SAME),
@@ -178,9 +181,16 @@ D2L = catalogue(
 
 
 def _explain_d2l(error: BaseException, record: object) -> object:
-    """A module built for one size, loaded with another."""
-    return D2L["hard_coded"] if (isinstance(error, RuntimeError)
-                                 and "size" in str(error)) else None
+    """A module built for one size, or with(out) biases, loaded with
+    another: load_state_dict names the bias key it missed or found."""
+    if not isinstance(error, RuntimeError):
+        return None
+    text = str(error)
+    if "Unexpected key(s)" in text and "bias" in text:
+        return D2L["no_bias"]
+    if "Missing key(s)" in text and "bias" in text:
+        return D2L["extra_bias"]
+    return D2L["hard_coded"] if "size" in text else None
 
 _PAIRS = (("W_q", "q_proj"), ("W_k", "k_proj"), ("W_v", "v_proj"),
           ("W_o", "out_proj"))
@@ -205,7 +215,9 @@ def _compare_layers(d2l: D2LMultiHeadAttention,
             if bias is None and layer.bias is not None \
                     and layer.bias.detach().abs().max() > 0:
                 return D2L["extra_bias"].verdict(new)
-            if bias is not None and (layer.bias is None or not torch.equal(
+            if bias is not None and layer.bias is None:
+                return D2L["no_bias"].verdict(new)
+            if bias is not None and (not torch.equal(
                     layer.bias.detach(), bias.detach())):
                 return D2L["bias_not_copied"].verdict(new)
             continue

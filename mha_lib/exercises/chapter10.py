@@ -193,6 +193,7 @@ def check_einops_mask(
             call.label, call.value, ~allowed, axes="(B, L, L)", mistakes=[
                 (EINOPS_MASK["library_convention"], allowed),
                 (EINOPS_MASK["padding_only"], (~pad).expand(full)),
+                (EINOPS_MASK["padding_only"], ~pad),  # (B, 1, L)
                 (EINOPS_MASK["causal_only"], (~causal).expand(full)),
                 (EINOPS_MASK["half_inverted"], ~pad & causal),
                 (EINOPS_MASK["half_inverted"], pad & ~causal),
