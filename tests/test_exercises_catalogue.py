@@ -2452,6 +2452,7 @@ WRONG["check_split_heads"].update({
     "heads_fixed/head_dim": lambda: (
         lambda x, h: x.view(x.size(0), x.size(1), -1, 2).permute(
             0, 2, 1, 3),),
+})
 
 # --- chapter 12: more planted mistakes ---
 
