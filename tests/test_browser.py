@@ -586,3 +586,54 @@ def test_screenshot_first_chapter(server: str, browser_context, toc_pages: list[
         page.close()
     assert SCREENSHOT.is_file() and SCREENSHOT.stat().st_size > 10_000, (
         f"screenshot of {chapter} missing or suspiciously small: {SCREENSHOT}")
+
+
+# The section the "Contents" sidebar marks, against the one in view: the last heading
+# whose top is above 30% of the window (the theme's own band; _static/toc_follow.js).
+_SIDEBAR_STOP = """() => {
+  const nav = document.querySelector('#pst-page-toc-nav');
+  const links = Array.from(nav.querySelectorAll("a[href^='#']"));
+  const line = window.innerHeight * 0.3;
+  let want = null;
+  for (const a of links) {
+    const s = document.getElementById(decodeURIComponent(a.hash.slice(1)));
+    const h = s && (s.querySelector('h1, h2, h3, h4, h5, h6') || s);
+    if (h && h.getBoundingClientRect().top <= line) want = a.hash;
+  }
+  const got = links.filter(a => a.classList.contains('active'))
+                   .map(a => a.hash);
+  return {want: want, got: got.length ? got[got.length - 1] : null};
+}"""
+
+
+def _sidebar_misses(page, url: str) -> tuple[list[str], int]:  # noqa: ANN001
+    """Scroll `url` in jumps of 2,550 px (a scroll-bar drag, Page Down held); at each
+    stop, compare the marked section with the one in view."""
+    page.goto(url, wait_until="load")
+    height = page.evaluate("document.documentElement.scrollHeight")
+    misses, stops = [], 0
+    for y in range(0, height - 900, 2550):
+        page.evaluate(f"window.scrollTo(0, {y})")
+        page.wait_for_timeout(150)
+        stop = page.evaluate(_SIDEBAR_STOP)
+        if stop["want"] is None:
+            continue
+        stops += 1
+        if stop["got"] != stop["want"]:
+            misses.append(f"at {y} px: marked {stop['got']}, in view {stop['want']}")
+    return misses, stops
+
+
+def test_the_contents_sidebar_marks_the_section_in_view(
+        server: str, browser_context, site: dict) -> None:  # noqa: ANN001
+    page = browser_context.new_page()
+    try:
+        misses, stops = _sidebar_misses(page, server + "book/appendix_b_api.html")
+        # the same scroll without toc_follow.js: the theme alone misses sections
+        page.route("**/toc_follow.js*", lambda route: route.abort())
+        unfollowed, _ = _sidebar_misses(page, server + "book/appendix_b_api.html")
+    finally:
+        page.close()
+    assert stops >= 10, f"only {stops} stops on the API page"
+    _fail_if(misses, "the sidebar marks another section than the one in view")
+    assert unfollowed, "without toc_follow.js no stop was wrong: the check cannot fail"
