@@ -409,7 +409,14 @@ class KVCache:
 
 def as_layer_cache(cache: object) -> LayerCache | None:
     """A module's ``cache=`` argument as one layer: a :class:`LayerCache`
-    as it is, a one-layer :class:`KVCache` as its layer 0, None as None."""
+    as it is, a one-layer :class:`KVCache` as its layer 0, None as None.
+
+    Args:
+        cache: What the module was given as ``cache=``: None, a
+            ``LayerCache`` or a one-layer ``KVCache`` (a ``KVCache`` of
+            more layers raises ``ValueError``, anything else
+            ``TypeError``).
+    """
     if cache is None or isinstance(cache, LayerCache):
         return cache
     if isinstance(cache, KVCache):
@@ -477,7 +484,13 @@ class LayerCache:
         ``reset``. Like the cached keys and values, it was computed with
         the weights of that moment: change the weights, start a new cache.
         ``nbytes`` and ``allocated_nbytes`` count the keys and values
-        only."""
+        only.
+
+        Args:
+            name: The value's key, one per derived value of the layer,
+                e.g. ``"absorbed_up"`` in latent attention.
+            make: Called with no argument, once, to compute the value.
+        """
         store = self.cache._layers[self.index].derived
         if name not in store:
             store[name] = make()
