@@ -2511,3 +2511,16 @@ WRONG["check_d2l_to_mha"].update({
 
 WRONG["check_einops_mask"]["padding_only/unbroadcast"] = lambda: (
     lambda v, length: ~padding_mask(v, length)[:, 0],)
+
+# --- chapter 14: more planted mistakes ---
+# Exercise 14.2: the final reshape forgotten, (B, H_kv, g, L, D) returned:
+# the hint names the group axis left to merge, not only the shape.
+
+WRONG["check_expand_kv"]["no_merge"] = lambda: (
+    lambda x, h: x.unsqueeze(2).expand(-1, -1, h // x.size(1), -1, -1),)
+
+
+def test_forgotten_final_reshape_is_named():
+    verdict = _check("check_expand_kv", WRONG["check_expand_kv"]["no_merge"]())
+    assert not verdict
+    assert CATALOGUE["check_expand_kv"]["no_merge"].message in verdict.message

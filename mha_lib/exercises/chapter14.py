@@ -98,6 +98,9 @@ EXPAND = catalogue(
                          "reshape", "The way back: `merge_heads`", 5),
     group_size=("the group size is g = num_heads // H_kv, the number of "
                 "query heads per key/value head", _GQA),
+    no_merge=("the group axis is still there, (B, H_kv, g, L, D): merge "
+              "it into the head axis with a final reshape to "
+              "(B, H, L, D)", _GQA),
     expand_alone=("expand only stretches an axis of size 1, and the head "
                   "axis has H_kv: insert a group axis of size 1 first, "
                   "x.unsqueeze(2), expand it to g, then reshape", _GQA),
@@ -157,6 +160,9 @@ def check_expand_kv(
         if call.verdict is not None:
             return call.verdict
         expected = x.repeat_interleave(group, dim=1)  # (B, H, L, D)
+        if (isinstance(call.value, torch.Tensor) and tuple(call.value.shape)
+                == (batch, num_kv_heads, group, length, head_dim)):
+            return EXPAND["no_merge"].verdict(call.label)
         problem = check_tensor(
             call.label, call.value, expected, axes="(B, H, L, D)",
             atol=0.0, rtol=0.0, mistakes=[
