@@ -2524,3 +2524,23 @@ def test_forgotten_final_reshape_is_named():
     verdict = _check("check_expand_kv", WRONG["check_expand_kv"]["no_merge"]())
     assert not verdict
     assert CATALOGUE["check_expand_kv"]["no_merge"].message in verdict.message
+
+
+# --- chapter 7: more planted mistakes ---
+# Exercise 7.3: the scores multiplied by the mask (hidden scores 0, which
+# still get weight), with or without the empty rows zeroed afterwards.
+WRONG["check_safe_softmax"].update({
+    "multiplied": lambda: (lambda s, m: torch.softmax(s * m, dim=-1),),
+    "multiplied/empty_zeroed": lambda: (
+        lambda s, m: torch.softmax(s * m, dim=-1).masked_fill(
+            ~m.any(dim=-1, keepdim=True), 0.0),),
+})
+
+
+@pytest.mark.parametrize("name", ["multiplied", "multiplied/empty_zeroed"])
+def test_chapter7_multiplied_mask_has_its_own_hint(name):
+    verdict = _check("check_safe_softmax", WRONG["check_safe_softmax"][name]())
+    assert not verdict
+    assert CATALOGUE["check_safe_softmax"]["multiplied"].hint in (
+        verdict.message)
+    assert "finite fill" not in verdict.message

@@ -155,6 +155,10 @@ SAFE = catalogue(
                  "zeros: a finite fill (-1e9, finfo.min) cannot tell an "
                  "empty row from a full one; fill with -inf and zero the "
                  "empty rows", _EMPTY),
+    multiplied=("the hidden scores are multiplied by 0, not hidden: a "
+                "score of 0 still gets weight e^0 after the softmax, as "
+                "much as a visible key that scores 0; fill them with -inf "
+                "(masked_fill) before the softmax", _BEFORE_AFTER),
     nan=("a query that sees no key gets NaN: a row of only -inf is "
          "0 / 0; find the empty rows and give them zeros", _EMPTY),
     half_overflow=("-1e9 does not exist in float16 (its largest number is "
@@ -236,6 +240,11 @@ def check_safe_softmax(
             unnormalised = torch.softmax(s.float(), dim=-1) * mask
             if torch.allclose(given.float(), unnormalised, atol=tol):
                 return SAFE["no_renormalise"].verdict(call.label)
+            multiplied = torch.softmax(s.float() * mask, dim=-1)
+            empty = ~mask.any(dim=-1, keepdim=True)
+            for product in (multiplied, multiplied.masked_fill(empty, 0)):
+                if torch.allclose(given.float(), product, atol=tol):
+                    return SAFE["multiplied"].verdict(call.label)
             gap_row = given[1, 3].float()
             if gap_row.isnan().any() or gap_row.abs().sum() < 1e-3:
                 return SAFE["after_softmax"].verdict(call.label)
