@@ -1695,7 +1695,7 @@ for _checker, _planted in ROUND4_CHAPTER1.items():
 def test_stale_merge_names_the_pair_and_the_merge_before():
     verdict = _check("check_bpe_merges", ROUND4_CHAPTER1["check_bpe_merges"]["stale_pair"]())
     assert "merges[2] = ('b', 'ug')" in verdict.message
-    assert '("b", "ug</w>")' in verdict.message
+    assert "bug is b ug</w>" in verdict.message
 
 
 # --- chapter 2: more planted mistakes ---
@@ -2544,3 +2544,29 @@ def test_chapter7_multiplied_mask_has_its_own_hint(name):
     assert CATALOGUE["check_safe_softmax"]["multiplied"].hint in (
         verdict.message)
     assert "finite fill" not in verdict.message
+
+
+# --- chapter 1: more planted mistakes ---
+# Exercise 1.3: a stale second merge gets an example of its own merge, not
+# merge 3's answer; a wrong first merge gets the counts (15 against 21).
+WRONG["check_bpe_merges"].update({
+    "stale_pair/second": lambda: ([("u", "g"), ("g", "</w>"), ("u", "n")],),
+})
+
+
+def test_stale_second_merge_shows_its_own_word():
+    verdict = _check("check_bpe_merges",
+                     ([("u", "g"), ("g", "</w>"), ("u", "n")],))
+    message = " ".join(verdict.message.split())
+    assert not verdict.ok
+    assert "after the merge ('u', 'g'), pug is p ug </w>" in message
+    assert "ug</w>" not in message
+
+
+def test_wrong_first_merge_names_the_counts():
+    verdict = _check("check_bpe_merges",
+                     ([("g", "</w>"), ("u", "g"), ("ug", "</w>")],))
+    message = " ".join(verdict.message.split())
+    assert not verdict.ok
+    assert "counted 15 times" in message and "21 times" in message
+    assert "merges before it" not in message

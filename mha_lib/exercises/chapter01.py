@@ -286,9 +286,9 @@ def _bpe(word_counts: dict[str, int], num_merges: int, end: bool = True,
     return merges
 
 
-def _pairs_after(word_counts: dict[str, int],
-                 merges: list[tuple[str, str]]) -> set[tuple[str, str]]:
-    """The adjacent pairs of the words once ``merges`` are applied."""
+def _words_after(word_counts: dict[str, int],
+                 merges: list[tuple[str, str]]) -> list[tuple[str, ...]]:
+    """The words as symbols once ``merges`` are applied."""
     words = [(*w, "</w>") for w in word_counts]
     for best in merges:
         merged = []
@@ -303,7 +303,39 @@ def _pairs_after(word_counts: dict[str, int],
                     i += 1
             merged.append(tuple(out))
         words = merged
-    return {pair for s in words for pair in zip(s, s[1:], strict=False)}
+    return words
+
+
+def _pair_counts(word_counts: dict[str, int],
+                 merges: list[tuple[str, str]]) -> Counter:
+    """The adjacent pairs once ``merges`` are applied, weighted by the
+    word counts."""
+    pairs: Counter = Counter()
+    for s, n in zip(_words_after(word_counts, merges),
+                    word_counts.values(), strict=True):
+        for pair in zip(s, s[1:], strict=False):
+            pairs[pair] += n
+    return pairs
+
+
+def _before(merges: list[tuple[str, str]]) -> str:
+    """``merges`` in words, for a hint."""
+    if len(merges) == 1:
+        return f"after the merge {merges[0]}"
+    return "after the merges " + ", ".join(str(m) for m in merges)
+
+
+def _stale_example(pair: tuple[str, str],
+                   merges: list[tuple[str, str]]) -> str:
+    """A word that held ``pair`` and how ``merges`` rewrote it, e.g.
+    " (after the merge ('u', 'g'), pug is p ug </w>)"; "" if none."""
+    now = _words_after(BPE_CORPUS, merges)
+    for k in range(len(merges)):
+        then = _words_after(BPE_CORPUS, merges[:k])
+        for word, old, new in zip(BPE_CORPUS, then, now, strict=True):
+            if pair in zip(old, old[1:], strict=False):
+                return f" ({_before(merges)}, {word} is {' '.join(new)})"
+    return ""
 
 
 SECTION = "Unknown words: subword tokenizers"
@@ -321,10 +353,8 @@ BPE = catalogue(
                    "after each merge the words change, so count the pairs "
                    "again, the new symbol included", SECTION),
     stale_pair=("that pair is no longer in the words: each merge rewrites "
-                "the words before the next count (after (\"ug\", "
-                "\"</w>\") the word bug is b + ug</w>, so the pair is "
-                "(\"b\", \"ug</w>\")); count the pairs of the words as "
-                "the merges before left them", SECTION),
+                "the words before the next count; count the pairs of "
+                "the words as the merges before left them", SECTION),
     wrong_order=("the right merges in the wrong order: the most frequent "
                  "pair is merged first", SECTION),
     misspelt_marker=("the end-of-word marker is spelt \"</w>\", four "
@@ -387,11 +417,22 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
     pairs = zip(merges, want, strict=False)
     first = next((i for i, (a, b) in enumerate(pairs) if a != b),
                  min(len(merges), len(want)))
-    if first < len(merges) and merges[first] not in _pairs_after(
-            BPE_CORPUS, want[:first]):
-        return BPE["stale_pair"].verdict(f"merges[{first}] = "
-                                         f"{merges[first]}")
+    counts = _pair_counts(BPE_CORPUS, want[:first])
+    if first < len(merges) and merges[first] not in counts:
+        return BPE["stale_pair"].verdict(
+            f"merges[{first}] = {merges[first]}"
+            + _stale_example(merges[first], want[:first]))
+    where = (f"{_before(want[:first])}, " if first else "") + "in the words"
+    if first < len(merges):
+        got, top = counts[merges[first]], counts[want[first]]
+        than = ("ties with a pair counted before it, and the tie goes "
+                "to the pair counted first" if got == top else
+                f"another pair is counted {top} times")
+        return Verdict(False, f"merges[{first}] = {merges[first]}: "
+                              f"{where}, weighted by the word counts, "
+                              f"that pair is counted {got} times, but "
+                              f"{than} (see '{SECTION}' in chapter 1)")
     return Verdict(False, f"merges[{first}] is not the most frequent "
-                          f"pair after the merges before it: count the "
-                          f"pairs again, weighted by the word counts "
-                          f"(see '{SECTION}' in chapter 1)")
+                          f"pair {where}: count the pairs again, weighted "
+                          f"by the word counts (see '{SECTION}' in "
+                          f"chapter 1)")
