@@ -2511,3 +2511,15 @@ WRONG["check_d2l_to_mha"].update({
 
 WRONG["check_einops_mask"]["padding_only/unbroadcast"] = lambda: (
     lambda v, length: ~padding_mask(v, length)[:, 0],)
+
+
+# --- chapter 3: more planted mistakes ---
+# Exercise 3.2: the identity (no move at all) and the frequencies in
+# reverse order (pair 0 slowest) get hints of their own.
+
+WRONG["check_shift_matrix"].update({
+    "identity": lambda: (torch.eye(8),),
+    "reversed_frequencies": lambda: (
+        torch.block_diag(*[shift()[2 * j:2 * j + 2, 2 * j:2 * j + 2]
+                           for j in reversed(range(4))]),),
+})
