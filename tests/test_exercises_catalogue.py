@@ -2570,3 +2570,15 @@ def test_wrong_first_merge_names_the_counts():
     assert not verdict.ok
     assert "counted 15 times" in message and "21 times" in message
     assert "merges before it" not in message
+
+
+# --- chapter 3: more planted mistakes ---
+# Exercise 3.2: the identity (no move at all) and the frequencies in
+# reverse order (pair 0 slowest) get hints of their own.
+
+WRONG["check_shift_matrix"].update({
+    "identity": lambda: (torch.eye(8),),
+    "reversed_frequencies": lambda: (
+        torch.block_diag(*[shift()[2 * j:2 * j + 2, 2 * j:2 * j + 2]
+                           for j in reversed(range(4))]),),
+})

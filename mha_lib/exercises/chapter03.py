@@ -170,12 +170,21 @@ SHIFT = catalogue(
                 "later ones: a fit on fewer positions than d_model "
                 "does not pin M down; fit on many positions, or build "
                 "the rotations from the formula", _ROTATION),
+    identity=("M is the identity: it leaves every position where it "
+              "is; pair i must turn by omega_i times k", _ROTATION),
+    reversed_frequencies=("the frequencies are in reverse order: pair 0 "
+                          "must turn fastest (omega_0 = 1) and the last "
+                          "pair slowest", _ROTATION),
 )
 
 
-def _shift(k: float, d_model: int, exponent: float = 2.0) -> torch.Tensor:
-    """The block-diagonal matrix that moves every position ``k`` on."""
+def _shift(k: float, d_model: int, exponent: float = 2.0,
+           flip: bool = False) -> torch.Tensor:
+    """The block-diagonal matrix that moves every position ``k`` on
+    (with ``flip``, its pairs' frequencies in reverse order)."""
     i = torch.arange(d_model // 2, dtype=torch.float64)
+    if flip:
+        i = i.flip(0)
     angle = k * 10000.0 ** (-exponent * i / d_model)  # (d_model/2,)
     c, s = angle.cos(), angle.sin()
     blocks = [torch.tensor([[c[j], s[j]], [-s[j], c[j]]])
@@ -217,6 +226,8 @@ def check_shift_matrix(
                   "rotation per pair")
     given = M.detach().float()
     for mistake, wrong in (
+            (SHIFT["identity"], torch.eye(d_model)),
+            (SHIFT["reversed_frequencies"], _shift(k, d_model, flip=True)),
             (SHIFT["backwards"], _shift(-k, d_model)),
             (SHIFT["one_step"], _shift(1, d_model)),
             (SHIFT["exponent_i"], _shift(k, d_model, 1.0)),
