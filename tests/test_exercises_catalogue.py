@@ -2511,3 +2511,13 @@ WRONG["check_d2l_to_mha"].update({
 
 WRONG["check_einops_mask"]["padding_only/unbroadcast"] = lambda: (
     lambda v, length: ~padding_mask(v, length)[:, 0],)
+
+
+# --- chapter 10: more planted mistakes ---
+# Exercise 10.2: the diagonal blocked too (triu(0) for the future), so a
+# token cannot attend to itself.
+
+WRONG["check_einops_mask"]["diagonal_blocked"] = lambda: (
+    lambda v, length: ~(padding_mask(v, length)[:, 0]
+                        & torch.ones(length, length, dtype=torch.bool)
+                        .triu(0).logical_not()),)
