@@ -2582,3 +2582,13 @@ WRONG["check_shift_matrix"].update({
         torch.block_diag(*[shift()[2 * j:2 * j + 2, 2 * j:2 * j + 2]
                            for j in reversed(range(4))]),),
 })
+
+
+# --- chapter 10: more planted mistakes ---
+# Exercise 10.2: the diagonal blocked too (triu(0) for the future), so a
+# token cannot attend to itself.
+
+WRONG["check_einops_mask"]["diagonal_blocked"] = lambda: (
+    lambda v, length: ~(padding_mask(v, length)[:, 0]
+                        & torch.ones(length, length, dtype=torch.bool)
+                        .triu(0).logical_not()),)

@@ -153,6 +153,9 @@ EINOPS_MASK = catalogue(
                           "a key must be blocked where either blocks it, "
                           "~pad | ~causal, which is ~(pad & causal)",
                           _INVERTED),
+    diagonal_blocked=("the diagonal is blocked too (triu(0)?): a token may "
+                      "attend to itself; only keys after it are the "
+                      "future", _INVERTED),
     head_axis=("the class shares one (B, L, L) mask between the heads: "
                "drop the head axis of padding_mask", _INVERTED),
     not_from_library=("the exercise builds the mask from the library's "
@@ -198,6 +201,8 @@ def check_einops_mask(
                 (EINOPS_MASK["half_inverted"], ~pad & causal),
                 (EINOPS_MASK["half_inverted"], pad & ~causal),
                 (EINOPS_MASK["blocked_only_if_both"], ~pad & ~causal),
+                (EINOPS_MASK["diagonal_blocked"],
+                 ~allowed | torch.eye(length, dtype=torch.bool)),
                 (EINOPS_MASK["head_axis"], ~allowed[:, None]),
                 (EINOPS_MASK["head_axis"], allowed[:, None]),
             ])
