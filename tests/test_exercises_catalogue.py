@@ -2592,3 +2592,20 @@ WRONG["check_einops_mask"]["diagonal_blocked"] = lambda: (
     lambda v, length: ~(padding_mask(v, length)[:, 0]
                         & torch.ones(length, length, dtype=torch.bool)
                         .triu(0).logical_not()),)
+
+# --- chapter 12: more planted mistakes ---
+# Exercise 12.2: a causal mask applied although the task has none, and the
+# FFN fed attention's output instead of the updated stream.
+
+WRONG["check_pre_norm"].update({
+    "causal_mask": lambda: (lambda b, x: (lambda h: h + b.linear2(
+        b.activation(b.linear1(b.norm2(h)))))(x + b.attn(
+            b.norm1(x), need_weights=False, is_causal=True)[0]),),
+    "causal_mask/mask": lambda: (lambda b, x: (lambda h: h + b.linear2(
+        b.activation(b.linear1(b.norm2(h)))))(x + b.attn(
+            b.norm1(x), mask=causal_mask(x.size(1)),
+            need_weights=False)[0]),),
+    "attn_output_ffn": lambda: (lambda b, x: (lambda a: x + a + b.linear2(
+        b.activation(b.linear1(b.norm2(a)))))(b.attn(
+            b.norm1(x), need_weights=False)[0]),),
+})

@@ -128,6 +128,12 @@ PRE_NORM = catalogue(
     swapped_order=("the sublayers run in the wrong order (the FFN first): "
                    "attention comes first, h = x + attn(norm1(x)), then "
                    "the FFN, h + ffn(norm2(h))", _BLOCK),
+    causal_mask=("this applies a causal mask (is_causal=True or a mask): "
+                 "the exercise's forward has none, every token attends "
+                 "to every token", _BLOCK),
+    attn_output_ffn=("the FFN reads norm2 of attention's output alone: "
+                     "it reads the updated stream, h = x + "
+                     "attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
 )
 
 
@@ -154,6 +160,12 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
 
     n1, n2 = block.norm1, block.norm2
     with torch.no_grad():
+        if how == "causal_mask":
+            h = x + block.attn(n1(x), need_weights=False, is_causal=True)[0]
+            return h + ffn(n2(h))
+        if how == "attn_output_ffn":
+            a = attn(n1(x))
+            return x + a + ffn(n2(a))
         if how == "post_norm":
             h = n1(x + attn(x))
             return n2(h + ffn(h))
@@ -234,7 +246,7 @@ def check_pre_norm(
                     "no_second_residual", "one_norm", "swapped_norms",
                     "raw_key_value", "swapped_order", "swapped_order2",
                     "no_activation", "fixed_relu", "final_norm",
-                    "final_norm2")])
+                    "final_norm2", "causal_mask", "attn_output_ffn")])
         if problem is not None:
             return problem
     return Verdict(
