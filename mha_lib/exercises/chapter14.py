@@ -86,9 +86,10 @@ EXPAND = catalogue(
            "must share key/value head 0 (0, 0, 1, 1, ...)", _GQA),
     repeat_interleave=("the exercise builds it without repeat_interleave:"
                        " unsqueeze, expand, reshape", _GQA),
-    indexed=("indexing the head axis with head numbers copies, as the "
-             "step-by-step function does; the exercise builds it with "
-             "unsqueeze, expand, reshape", _GQA),
+    indexed=("right values, but picked by indexing the head axis with "
+             "head numbers, as the step-by-step function does; the "
+             "exercise is the other construction, Hugging Face's "
+             "repeat_kv: unsqueeze, expand, reshape", _GQA),
     copies_after_length=("the copies went next to the wrong axis: insert "
                          "the group axis right after the head axis, "
                          "x.unsqueeze(2), then merge the two", _GQA),
