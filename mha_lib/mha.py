@@ -99,9 +99,11 @@ class MultiHeadAttention(nn.Module):
                 (self-attention).
             value: ``(B, Lk, d_model)``; defaults to ``key``.
             mask: bool (True = may attend) or float (added to the scores),
-                of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)`` (``B|1``:
-                ``B`` or 1, broadcast over the batch; ``H|1`` likewise). The
-                shapes and values it refuses are under Note.
+                of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq|1, Lk)`` (``B|1``:
+                ``B`` or 1, broadcast over the batch; ``H|1`` and ``Lq|1``
+                likewise: :func:`~mha_lib.padding_mask` gives
+                ``(B, 1, 1, Lk)``). The shapes and values it refuses are
+                under Note.
             need_weights: True runs the explicit path derived in the book
                 and returns the weights; False runs PyTorch's fused
                 ``F.scaled_dot_product_attention`` and returns None for
