@@ -2609,3 +2609,19 @@ WRONG["check_pre_norm"].update({
         b.activation(b.linear1(b.norm2(a)))))(b.attn(
             b.norm1(x), need_weights=False)[0]),),
 })
+
+# --- chapter 4: more planted mistakes ---
+# Exercise 4.2: the fused output split every third feature (interleaved)
+# instead of in three contiguous blocks; Exercise 4.3: one bias vector
+# counted for the three layers.
+
+WRONG["check_fused_projection"].update({
+    "interleaved": lambda: (lambda x, m: (lambda y: y.view(
+        *y.shape[:-1], m.d_model, 3).unbind(-1))(
+            x @ _stack(m)[0].T + _stack(m)[1]),),
+    "interleaved/slices": lambda: (lambda x, m: (lambda y: (
+        y[..., 0::3], y[..., 1::3], y[..., 2::3]))(
+            x @ _stack(m)[0].T + _stack(m)[1]),),
+})
+WRONG["check_projection_parameters"]["one_bias"] = lambda: (
+    3 * 512 * 512 + 512,)

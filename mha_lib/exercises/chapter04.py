@@ -112,6 +112,11 @@ FUSED = catalogue(
                 "output axis, to get (3 d_model, d_model)", _LAYERS),
     split_axis=("split the features, the last axis, into three: "
                 "chunk(3, dim=-1)", _LAYERS),
+    interleaved=("the fused output is stacked by role: q's d_model "
+                 "features first, then k's, then v's. Cut it into "
+                 "three contiguous blocks with chunk(3, dim=-1), not "
+                 "every third feature (view(..., d_model, 3))",
+                 _LAYERS),
     no_gradient=("no gradient reaches the module's weights, so the "
                  "projections could not be trained: no .detach(), .data "
                  "or torch.no_grad() on the way", _LAYERS),
@@ -165,8 +170,10 @@ def check_fused_projection(fn: FusedProjection) -> Verdict:
         with torch.no_grad():
             want = [layer(x) for layer in layers]
             bare = [x @ layer.weight.T for layer in layers]
-        for name, tensor, expected, no_bias in zip("qkv", given, want, bare,
-                                                   strict=True):
+            woven = torch.cat(want, dim=-1).view(
+                batch, length, d_model, 3).unbind(-1)  # every third
+        for name, tensor, expected, no_bias, every_third in zip(
+                "qkv", given, want, bare, woven, strict=True):
             label = f"{name} of {call.label}"
             others = [(FUSED["order"], w) for w in want
                       if w is not expected]
@@ -176,7 +183,8 @@ def check_fused_projection(fn: FusedProjection) -> Verdict:
                 return FUSED["split_axis"].verdict(label)
             problem = check_tensor(
                 label, tensor, expected, axes="(B, L, d_model)",
-                mistakes=[(FUSED["no_bias"], no_bias), *others])
+                mistakes=[(FUSED["no_bias"], no_bias),
+                          (FUSED["interleaved"], every_third), *others])
             if problem is not None:
                 return problem
         if not all(t.requires_grad for t in given):
@@ -210,6 +218,9 @@ PARAMETERS = catalogue(
               _LAYERS),
     one_layer=("that is one projection; there are three, for q, k and v",
                _LAYERS),
+    one_bias=("that counts one bias vector for the three layers; each "
+              "nn.Linear has its own d_model biases, so there are "
+              "3 d_model of them", _LAYERS),
     times_heads=("that multiplies by the number of heads, but the heads "
                  "do not each get their own layers: they share out the "
                  "output features of the same three d_model x d_model "
@@ -237,6 +248,7 @@ def check_projection_parameters(n: int, d_model: int = 512) -> Verdict:
         (PARAMETERS["per_head"], 3 * (d * d + d) // 8),
         (PARAMETERS["per_head"], 3 * (d * (d // 8) + d // 8)),
         (PARAMETERS["one_layer"], d * d + d),
+        (PARAMETERS["one_bias"], 3 * d * d + d),
         (PARAMETERS["times_heads"], 8 * 3 * (d * d + d)),
         (PARAMETERS["times_heads"], 8 * 3 * d * d),
         (PARAMETERS["fixed_head_width"], 3 * (d * 2 * d + 2 * d)),

@@ -154,8 +154,8 @@ MERGE = catalogue(
                          "longer contiguous; use reshape (or "
                          ".contiguous().view)", _BACK),
     reshape_only=("the reshape alone reads the numbers in (B, H, L, D) "
-                  "memory order and mixes tokens: permute to "
-                  "(B, L, H, D) first", _BACK),
+                  "index order, head by head, whatever the strides, and "
+                  "mixes tokens: permute to (B, L, H, D) first", _BACK),
     dimension_major=("the features come out dimension by dimension, the "
                      "heads interleaved: permute to (B, L, H, D), not "
                      "(B, L, D, H)", _BACK),
