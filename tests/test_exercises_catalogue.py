@@ -2609,3 +2609,13 @@ WRONG["check_pre_norm"].update({
         b.activation(b.linear1(b.norm2(a)))))(b.attn(
             b.norm1(x), need_weights=False)[0]),),
 })
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.3: the second answer (the size in megabytes) given for the
+# first (the number of parameters).
+WRONG["check_embedding_parameters"].update({
+    "megabytes": lambda: (77.2,),
+    "megabytes/exact": lambda: (2 * 50257 * 768 / 1e6,),
+    "megabytes/float32": lambda: (154.4,),
+    "megabytes/mib": lambda: (73.6,),
+})
