@@ -2625,3 +2625,13 @@ WRONG["check_fused_projection"].update({
 })
 WRONG["check_projection_parameters"]["one_bias"] = lambda: (
     3 * 512 * 512 + 512,)
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.3: the second answer (the size in megabytes) given for the
+# first (the number of parameters).
+WRONG["check_embedding_parameters"].update({
+    "megabytes": lambda: (77.2,),
+    "megabytes/exact": lambda: (2 * 50257 * 768 / 1e6,),
+    "megabytes/float32": lambda: (154.4,),
+    "megabytes/mib": lambda: (73.6,),
+})

@@ -261,6 +261,10 @@ PARAMETERS = catalogue(
     context_rows=("that is 1,024 numbers per token, GPT-2's context "
                   "length; each row holds d_model = 768 numbers",
                   "The embedding table"),
+    megabytes=("that is the table's size in megabytes, the answer to the "
+               "second question; check_embedding_parameters takes the "
+               "number of parameters, rows times numbers per row",
+               "The embedding table"),
 )
 
 
@@ -277,6 +281,17 @@ def _rounded(n: object, exact: int) -> bool:
         for scale in (1, 10**6) for k in range(1, len(str(exact))))
 
 
+def _megabytes(n: object, count: int) -> bool:
+    """Whether ``n`` is the size of ``count`` numbers in megabytes (or
+    MiB), at 2 or 4 bytes a number, to the 3 digits of 77.2."""
+    if isinstance(n, torch.Tensor) and n.numel() == 1:
+        n = n.item()
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        return False
+    return any(math.isclose(n, nbytes * count / unit, rel_tol=2e-3)
+               for nbytes in (2, 4) for unit in (10**6, 2**20))
+
+
 def check_embedding_parameters(n: int) -> Verdict:
     """Exercise 2.3: the number of parameters in GPT-2 small's token
     embedding table (a vocabulary of 50,257 tokens, ``d_model = 768``)."""
@@ -286,6 +301,8 @@ def check_embedding_parameters(n: int) -> Verdict:
     expected = sum(p.numel() for p in table.parameters())
     if _rounded(n, expected):
         return PARAMETERS["rounded"].verdict(f"n = {n!r}")
+    if _megabytes(n, expected):
+        return PARAMETERS["megabytes"].verdict(f"n = {n!r}")
     problem = check_number("n", n, expected, mistakes=[
         (PARAMETERS["bias"], expected + 768),
         (PARAMETERS["bias"], expected + 50257),  # a bias per row
