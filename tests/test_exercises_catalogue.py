@@ -2635,3 +2635,26 @@ WRONG["check_embedding_parameters"].update({
     "megabytes/float32": lambda: (154.4,),
     "megabytes/mib": lambda: (73.6,),
 })
+
+# --- chapter 11: more planted mistakes ---
+# out_proj copied transposed; the kernel's dropout left on for a module
+# without dropout.
+
+def _to_torch_out_transposed(m):
+    t = my_to_torch(m)
+    with torch.no_grad():
+        t.out_proj.weight.copy_(m.out_proj.weight.T)
+    return t
+
+
+def _sdpa_dropout_on(m, x, mask=None):
+    q, k, v = (split_heads(p(x), m.num_heads)
+               for p in (m.q_proj, m.k_proj, m.v_proj))
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=0.1)
+    return m.out_proj(merge_heads(heads))
+
+
+WRONG["check_to_torch"]["out_proj_transposed"] = lambda: (
+    _to_torch_out_transposed,)
+WRONG["check_sdpa_attention"]["dropout"] = lambda: (_sdpa_dropout_on,)

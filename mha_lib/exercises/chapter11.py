@@ -78,6 +78,9 @@ TO_TORCH = catalogue(
                   "2d..3d-1 W_v, each as nn.Linear stores it (out, in)",
                   _INSIDE),
     out_proj=("out_proj was not copied", _INSIDE),
+    out_proj_transposed=("out_proj.weight was copied transposed: both "
+                         "modules store it as nn.Linear does, (out, in); "
+                         "copy it as it is", _INSIDE),
     biases=("the biases were not copied: in_proj_bias = cat of the "
             "three biases, and out_proj.bias", _INSIDE),
     made_without_bias=("the module was made with bias=False, but m has "
@@ -143,6 +146,10 @@ def _in_proj_problem(m: MultiHeadAttention,
         return TO_TORCH["unknown_rows"].verdict("in_proj_weight")
     if not torch.equal(t.out_proj.weight.detach(),
                        m.out_proj.weight.detach()):
+        if torch.equal(t.out_proj.weight.detach(),
+                       m.out_proj.weight.detach().T):
+            return TO_TORCH["out_proj_transposed"].verdict(
+                "out_proj.weight")
         return TO_TORCH["out_proj"].verdict("out_proj.weight")
     if m.q_proj.bias is not None:
         if t.in_proj_bias is None:
@@ -371,6 +378,9 @@ SDPA = catalogue(
     no_sdpa=("the exercise computes the attention with "
              "F.scaled_dot_product_attention from m's layers, without "
              "calling m itself", _FUNCTIONAL),
+    dropout=("dropout_p is not 0, but m has no dropout (m.dropout is "
+             "0.0), and the kernel has no eval mode: pass dropout_p="
+             "m.dropout if m.training else 0.0", _FUNCTIONAL),
     no_gradient=("the gradients of m's weights differ from the module's: "
                  "no .detach(), .data or torch.no_grad() on the way",
                  _FUNCTIONAL),
@@ -382,6 +392,14 @@ def _explain_sdpa(error: BaseException | None, record) -> object:
         if kwargs.get("is_causal"):
             return SDPA["is_causal"]
     return None
+
+
+def _dropout_p(record) -> float:
+    """The largest ``dropout_p`` passed to the kernel."""
+    return max((float(kwargs.get("dropout_p",
+                                 args[4] if len(args) > 4 else 0.0))
+                for _, args, kwargs in record.find(
+                    F.scaled_dot_product_attention)), default=0.0)
 
 
 def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
@@ -460,6 +478,8 @@ def check_sdpa_attention(
                 return SDPA["no_sdpa"].verdict(call.label)
             if _explain_sdpa(None, call.record) is not None:
                 return SDPA["is_causal"].verdict(call.label)
+            if _dropout_p(call.record) > m.dropout:
+                return SDPA["dropout"].verdict(call.label)
             want, _ = m(x, mask=mask)
             given = call.value
             if isinstance(given, torch.Tensor) and mask is not None \
