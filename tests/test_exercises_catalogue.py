@@ -2520,12 +2520,6 @@ WRONG["check_expand_kv"]["no_merge"] = lambda: (
     lambda x, h: x.unsqueeze(2).expand(-1, -1, h // x.size(1), -1, -1),)
 
 
-def test_forgotten_final_reshape_is_named():
-    verdict = _check("check_expand_kv", WRONG["check_expand_kv"]["no_merge"]())
-    assert not verdict
-    assert CATALOGUE["check_expand_kv"]["no_merge"].message in verdict.message
-
-
 # --- chapter 7: more planted mistakes ---
 # Exercise 7.3: the scores multiplied by the mask (hidden scores 0, which
 # still get weight), with or without the empty rows zeroed afterwards.
