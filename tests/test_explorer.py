@@ -165,33 +165,55 @@ def shown_weights(root, side: str) -> list[float]:  # noqa: ANN001
         "els => els.map(e => +(e.getAttribute('data-weight') || 0))")
 
 
+# One round trip per view: is the token active (and, for keys, focused), and the weights
+# the other row shows. (Playwright's hover() waits for each element to be stable and
+# visible, three calls a view: the explorer tests took 24 s; the mouse is moved to the
+# token's centre instead, a real hover all the same.)
+VIEW_JS = """([root, side, pos]) => {
+  const me = root.querySelector(`.ae-${side} .ae-tok[data-pos='${pos}']`);
+  const other = side === "q" ? "k" : "q";
+  return {active: me.classList.contains("ae-active"), focused: me === document.activeElement,
+          weights: Array.from(root.querySelectorAll(`.ae-${other} .ae-tok`),
+                              e => +(e.getAttribute("data-weight") || 0))};
+}"""
+CENTRES_JS = """root => Array.from(root.querySelectorAll(".ae-q .ae-tok"), e => {
+  const r = e.getBoundingClientRect();
+  return [r.left + r.width / 2, r.top + r.height / 2];
+})"""
+
+
 def check_explorer(root, weights: torch.Tensor, page) -> int:  # noqa: ANN001
-    """Hover every query and focus every key (by keyboard: Tab from the previous
-    token), in every layer and head; compare what lights up with ``weights``
+    """Hover every query (the mouse on it) and focus every key (by keyboard: Tab from the
+    previous token), in every layer and head; compare what lights up with ``weights``
     (N, H, L, L). Returns how many views were checked."""
     layers, heads, length = weights.size(0), weights.size(1), weights.size(-1)
+    handle = root.element_handle()
     checked = 0
     for layer in range(layers):
         root.locator(".ae-layer").select_option(str(layer))
         for head in range(heads):
             root.locator(".ae-head").select_option(str(head))
-            for i in range(length):  # point at query i: the keys show row i
-                query = root.locator(f".ae-q .ae-tok[data-pos='{i}']")
-                query.hover()
-                assert "ae-active" in query.get_attribute("class")
+            root.scroll_into_view_if_needed()
+            centres = handle.evaluate(CENTRES_JS)
+            height = page.viewport_size["height"]
+            assert all(0 < y < height for _, y in centres), "explorer taller than the view"
+            for i, (x, y) in enumerate(centres):  # point at query i: the keys show row i
+                page.mouse.move(x, y)
+                view = page.evaluate(VIEW_JS, [handle, "q", i])
+                assert view["active"], f"query {i} not active under the mouse"
                 torch.testing.assert_close(
-                    torch.tensor(shown_weights(root, "k"), dtype=torch.float64),
+                    torch.tensor(view["weights"], dtype=torch.float64),
                     weights[layer, head, i].double(),
                     atol=0.6e-3, rtol=0, msg=f"layer {layer}, head {head}, query {i}")
+            page.mouse.move(0, 0)
             root.locator(".ae-k .ae-tok[data-pos='0']").focus()
             for j in range(length):  # focus key j: the queries show column j
                 if j:
                     page.keyboard.press("Tab")
-                key = root.locator(f".ae-k .ae-tok[data-pos='{j}']")
-                assert key.evaluate("e => e === document.activeElement")
-                assert "ae-active" in key.get_attribute("class")
+                view = page.evaluate(VIEW_JS, [handle, "k", j])
+                assert view["focused"] and view["active"], f"key {j}: {view}"
                 torch.testing.assert_close(
-                    torch.tensor(shown_weights(root, "q"), dtype=torch.float64),
+                    torch.tensor(view["weights"], dtype=torch.float64),
                     weights[layer, head, :, j].double(),
                     atol=0.6e-3, rtol=0, msg=f"layer {layer}, head {head}, key {j}")
                 checked += 2
