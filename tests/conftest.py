@@ -118,10 +118,20 @@ def _build_once(out: Path, extra: list[str] | None = None,
 # worker, handed out in the order below (--no-loadscope-reorder). The book build and the
 # browser crawl that needs it are the longest chain of the run (about 90 s), so the build
 # goes first; two long notebooks keep the other workers busy until the build is done, and
-# the first free one takes the crawl. Short test files come last, so that the workers end
-# together.
+# the first free one takes the crawl. Then the rest, longest first (CPU seconds measured in
+# one run, in brackets), so that no long file starts near the end while the other workers
+# sit idle: test_practitioner, alphabetically late, once ran alone for its last ~40 s.
 FIRST = ("tests/test_book.py", "book/15_attention_at_work.ipynb",
-         "book/12_transformer_block.ipynb", "tests/test_browser.py")
+         "book/12_transformer_block.ipynb", "tests/test_browser.py",
+         "tests/test_practitioner.py",  # [43] compiles and exports every module
+         "book/14_kv_cache_and_gqa.ipynb",  # [14]
+         "tests/test_exercises_catalogue.py",  # [14]
+         "book/13_cost_and_speed.ipynb",  # [12]
+         "book/17_sliding_windows_alibi_flex.ipynb",  # [11]
+         "book/appendix_a_masks.ipynb",  # [9]
+         "tests/test_no_surprises.py",  # [9]
+         "tests/test_latent.py",  # [7]
+         "tests/test_explorer.py")  # [7]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -129,7 +139,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = Path(str(item.path)).relative_to(REPO).as_posix()
         if path in FIRST:
             return FIRST.index(path)
-        # then the notebooks (10-30 s each), and the many short test files fill the end
+        # then the other notebooks (4-8 s of CPU each), and the many short test files
         return len(FIRST) + (not path.endswith(".ipynb"))
 
     items.sort(key=rank)  # stable: within a file, and within each rank, the order stays
