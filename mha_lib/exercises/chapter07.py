@@ -23,7 +23,7 @@ __all__ = ["check_padding_mask", "check_decoder_mask", "check_safe_softmax"]
 _PADDING = "Padding masks from lengths"
 _CAUSAL = "Causal masks"
 _EMPTY = "A row with nothing to attend to"
-_HALF = "Half precision: why `-1e9` is not \"finite\""
+_HALF = "Finite fills, in float32 and in half precision"
 _BEFORE_AFTER = "Before the softmax or after it?"
 
 PADDING = catalogue(

@@ -114,7 +114,7 @@ UNFOLD = catalogue(
                      "only the first axis unfolds",
                      "`transpose_output`: unfold and concatenate"),
     transposed=("the weights are transposed: row i is query i, so each "
-                "row sums to one", "The d2l attention weights"),
+                "row sums to one", "Same numbers as chapter 8's module"),
 )
 
 
