@@ -389,11 +389,11 @@ def check_attention_mask(mask: object, batch: int, num_heads: int,
                          q_len: int, k_len: int,
                          query: torch.Tensor) -> None:
     """A module's mask: bool or float in the query's dtype, on its device,
-    of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq, Lk)``. 0-D, 1-D and 3-D masks
-    are refused: a 3-D ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look alike. A
-    2-D mask is ``(Lq, Lk)``: a ``(B, Lk)`` one (a row per sequence) is
-    refused with a hint when ``B != Lq``, and read as ``(Lq, Lk)`` when
-    ``B == Lq``.
+    of shape ``(Lq, Lk)`` or ``(B|1, H|1, Lq|1, Lk)``. 0-D, 1-D and 3-D
+    masks are refused: a 3-D ``(B, Lq, Lk)`` and ``(H, Lq, Lk)`` look
+    alike. A 2-D mask is ``(Lq, Lk)``: a ``(B, Lk)`` one (a row per
+    sequence) is refused with a hint when ``B != Lq``, and read as
+    ``(Lq, Lk)`` when ``B == Lq``.
 
     Args:
         mask: The mask to check.
