@@ -63,21 +63,25 @@ class GroupedQueryAttention(MultiHeadAttention):
     def _explicit_attention(self, q: torch.Tensor, k: torch.Tensor,
                             v: torch.Tensor, mask: torch.Tensor | None
                             ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Query head ``h`` reads key/value head ``h // G``: view the ``H``
-        query heads as ``H_kv`` groups of ``G`` and let each group broadcast
-        against its one key/value head."""
-        group = self.num_heads // self.num_kv_heads
-        # (B, H, Lq, D) -> (B, H_kv, G, Lq, D):
-        q = q.unflatten(1, (self.num_kv_heads, group))
-        k, v = k.unsqueeze(2), v.unsqueeze(2)  # (B, H_kv, 1, Lk, D)
-        if mask is not None and mask.dim() == 4:  # (B|1, H|1, Lq, Lk)
-            if mask.size(1) == 1:
-                mask = mask.unsqueeze(2)  # (B|1, 1, 1, Lq, Lk)
-            else:
-                mask = mask.unflatten(1, (self.num_kv_heads, group))
+        """Query head ``h`` reads key/value head ``h // G``: stack each
+        group's ``G`` query heads as rows of one matrix, ``(B, H_kv, G*Lq,
+        D)``, so each key/value head is read as it is. (Broadcasting
+        ``(B, H_kv, G, Lq, D)`` against ``(B, H_kv, 1, Lk, D)`` would not
+        do: ``matmul`` copies K and V ``G`` times to broadcast.)"""
+        B, H, Lq, D = q.shape  # noqa: N806
+        group = H // self.num_kv_heads
+        q = q.reshape(B, self.num_kv_heads, group * Lq, D)
+        if mask is not None:  # (Lq, Lk) or (B|1, H|1, Lq|1, Lk)
+            mask = mask.reshape((1, 1) * (mask.dim() == 2) + mask.shape)
+            mask = mask.expand(-1, -1, Lq, -1)  # a row for every query
+            mask = (mask.unsqueeze(2).expand(-1, -1, group, -1, -1)
+                    if mask.size(1) == 1  # (B|1, 1, G, Lq, Lk)
+                    else mask.unflatten(1, (self.num_kv_heads, group)))
+            mask = mask.flatten(2, 3)  # (B|1, 1|H_kv, G*Lq, Lk)
         out, weights = scaled_dot_product_attention(
-            q, k, v, mask, self.attn_dropout)  # (B, H_kv, G, Lq, D)
-        return out.flatten(1, 2), weights.flatten(1, 2)  # (B, H, Lq, ...)
+            q, k, v, mask, self.attn_dropout)  # (B, H_kv, G*Lq, ...)
+        return (out.reshape(B, H, Lq, -1),
+                weights.reshape(B, H, Lq, -1))  # (B, H, Lq, ...)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, num_heads={self.num_heads}, "

@@ -141,3 +141,41 @@ def test_bad_input_names_the_argument():
         m(torch.randn(2, 5, 8), mask=causal_mask(4))
     with pytest.raises(ValueError, match="num_heads"):
         GroupedQueryAttention(8, 3, 1)
+
+
+class _MatmulShapes(torch.overrides.TorchFunctionMode):
+    """Records the operand shapes of every matrix product (``@``, ``matmul``, ``bmm``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("matmul", "__matmul__", "bmm"):
+            self.shapes.append((tuple(args[0].shape), tuple(args[1].shape)))
+        return func(*args, **(kwargs or {}))
+
+
+@param("mask", ["none", "causal", "padding"])
+def test_explicit_path_reads_each_key_value_head_without_copies(mask):
+    """No product broadcasts K or V across a group: a broadcast batch axis (1 against G)
+    makes matmul copy them G times, the multi-head cache size (1,024 cached tokens,
+    H = 16, H_kv = 2: 2 MiB of copies for a 0.25 MiB cache), which GQA is there to avoid.
+    Checked on a decoding step (one query, cached keys) and on a whole sequence."""
+    from mha_lib import KVCache
+
+    torch.manual_seed(0)
+    m = GroupedQueryAttention(32, num_heads=8, num_kv_heads=2).eval()
+    x = torch.randn(2, 7, 32)
+    cache = KVCache()
+    with torch.no_grad():
+        m(x[:, :6], is_causal=True, cache=cache)
+        for query, kwargs in ((x[:, 6:], {"cache": cache}), (x, {})):
+            lq, lk = query.size(1), 7
+            masks = _masks(2, lq, lk)
+            with _MatmulShapes() as seen:
+                out, weights = m(query, mask=masks[mask], **kwargs)
+            assert weights.shape == (2, 8, lq, lk)
+            assert seen.shapes, "no matrix product recorded"
+            for a, b in seen.shapes:
+                assert a[:-2] == b[:-2], f"broadcast product {a} @ {b}: K or V copied"
