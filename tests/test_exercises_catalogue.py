@@ -2652,3 +2652,32 @@ def _sdpa_dropout_on(m, x, mask=None):
 WRONG["check_to_torch"]["out_proj_transposed"] = lambda: (
     _to_torch_out_transposed,)
 WRONG["check_sdpa_attention"]["dropout"] = lambda: (_sdpa_dropout_on,)
+
+# --- chapter 3: more planted mistakes ---
+# Exercise 3.1 with the column index j in the exponent, 2j / d_model.
+
+def _pe_column_index_2j(length, d_model):
+    j = torch.arange(d_model)  # column index, not the pair index
+    pos = torch.arange(length)[:, None]  # (L, 1)
+    angles = pos / 10000.0 ** (2 * j / d_model)  # (L, d_model)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2] = angles[:, 0::2].sin()
+    pe[:, 1::2] = angles[:, 1::2].cos()
+    return pe
+
+
+WRONG["check_sinusoidal"]["column_index_2j"] = lambda: (
+    _pe_column_index_2j,)
+
+# --- chapter 4: more planted mistakes ---
+# Exercise 4.2 split per head, as UvA's fused qkv_proj is.
+
+WRONG["check_fused_projection"]["per_head"] = lambda: (
+    lambda x, m: (x @ _stack(m)[0].T + _stack(m)[1]).reshape(
+        *x.shape[:-1], m.num_heads, -1).chunk(3, dim=-1),)
+
+# --- chapter 5: more planted mistakes ---
+# Exercise 5.1 with the batch axis swapped for the heads.
+
+WRONG["check_split_heads"]["batch_swapped"] = lambda: (
+    lambda x, h: x.view(*x.shape[:-1], h, -1).transpose(0, 2),)

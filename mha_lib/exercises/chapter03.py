@@ -41,6 +41,13 @@ SINUSOIDAL = catalogue(
                   "in column 2i + 1 gets (2i + 1) / d_model: a sine and "
                   "its cosine share one frequency, 10000 ** (2i / "
                   "d_model) with i the pair index", _FORMULA),
+    column_index_2j=("the exponent uses the column index j as if it "
+                     "were the pair index: 2j / d_model gives column 2i "
+                     "the exponent 4i / d_model and its cosine (4i + 2) "
+                     "/ d_model, so every pair turns at two wrong "
+                     "frequencies; use i = j // 2, the pair index, "
+                     "10000 ** (2i / d_model) for both columns",
+                     _FORMULA),
     integer_division=("2 * i // d_model is integer division: it is 0 for "
                       "every pair, so all pairs turn at frequency 1; "
                       "write 2 * i / d_model", _FORMULA),
@@ -78,6 +85,9 @@ def _table(length: int, d_model: int, exponent: float = 2.0,
     sin, cos = angles.sin(), angles.cos()
     if layout == "column_index":  # cos column 2i + 1: (2i + 1) / d_model
         cos = (pos / 10000.0 ** ((2 * i + 1) / d_model)).cos()
+    if layout == "column_index_2j":  # column j: 2j / d_model
+        sin = (pos / 10000.0 ** (4 * i / d_model)).sin()
+        cos = (pos / 10000.0 ** ((4 * i + 2) / d_model)).cos()
     if layout == "concatenated":
         return torch.cat([sin, cos], dim=-1).float()
     if layout == "swapped":
@@ -121,6 +131,8 @@ def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                 (SINUSOIDAL["exponent_4i"], partial(_table, *size, 4.0)),
                 (SINUSOIDAL["column_index"],
                  partial(_table, *size, layout="column_index")),
+                (SINUSOIDAL["column_index_2j"],
+                 partial(_table, *size, layout="column_index_2j")),
                 (SINUSOIDAL["integer_division"],
                  partial(_table, *size, 0.0)),
                 (SINUSOIDAL["fairseq"],
