@@ -286,7 +286,8 @@ PREVIOUS = catalogue(
             "Give the keys a layer of their own", _AT_WORK),
     next_token=("every token looks at the next one, t + 1: nn.Linear "
                 "stores the transpose of W (weight is (out, in)), so "
-                "weight = M makes W^Q = M^T, a step on; store M^T",
+                "weight = M^T makes W^Q = M, a step on; store M, "
+                "for W^Q = M^T, a step back",
                 "Three linear layers"),
     itself=("every token looks at itself: q_t . k_j still peaks at "
             "j = t, as with W^Q (W^K)^T = I; move the queries one step "
