@@ -90,8 +90,8 @@ def test_chapter_3_checkers():
     late = check_sinusoidal(lambda n, d: sinusoidal_encoding(n + 1, d)[1:])
     assert not late and "start at 1" in late.message  # values first
     omega = 10000.0 ** (-torch.arange(0, 8, 2) / 8)
-    blocks = [torch.tensor([[torch.cos(3 * w), torch.sin(3 * w)],
-                            [-torch.sin(3 * w), torch.cos(3 * w)]]) for w in omega]
+    blocks = [torch.tensor([[torch.cos(3 * w), -torch.sin(3 * w)],
+                            [torch.sin(3 * w), torch.cos(3 * w)]]) for w in omega]
     assert check_shift_matrix(torch.block_diag(*blocks), k=3)
     assert not check_shift_matrix(torch.block_diag(*blocks).T, k=3)  # rotates backwards
     assert not check_shift_matrix(torch.eye(8), k=3)

@@ -115,10 +115,10 @@ def _pe_integer_division(length, d_model):  # 2 * i // d_model: always 0
     return pe
 
 
-def shift(k=3, d=8, two=2):
+def shift(k=3, d=8, two=2):  # PE[pos + k] = PE[pos] @ M, rows
     omega = 10000.0 ** (-torch.arange(0, d, 2) * two / 2 / d)
-    blocks = [torch.tensor([[torch.cos(w * k), torch.sin(w * k)],
-                            [-torch.sin(w * k), torch.cos(w * k)]]) for w in omega]
+    blocks = [torch.tensor([[torch.cos(w * k), -torch.sin(w * k)],
+                            [torch.sin(w * k), torch.cos(w * k)]]) for w in omega]
     return torch.block_diag(*blocks)
 
 
@@ -127,13 +127,13 @@ def shift_stacked(k=3, d=8):
     m = torch.zeros(d, d)
     idx = torch.arange(0, d, 2)
     m[idx, idx], m[idx + 1, idx + 1] = angle.cos(), angle.cos()
-    m[idx, idx + 1], m[idx + 1, idx] = angle.sin(), -angle.sin()
+    m[idx, idx + 1], m[idx + 1, idx] = -angle.sin(), angle.sin()
     return m
 
 
 def _least_squares_shift():  # fitted on 50 positions: off-block ~1e-5
     pe = sinusoidal_encoding(50, 8)
-    return torch.linalg.lstsq(pe[:-3], pe[3:]).solution.T
+    return torch.linalg.lstsq(pe[:-3], pe[3:]).solution
 
 
 def _mixed_shift():
@@ -1576,7 +1576,7 @@ def _few_positions_shift():  # fitted on 6 positions only: not unique
     # in float64: a float32 fit of these ill-conditioned columns was exact on
     # its 6 positions or not depending on the thread count (1 run in 9 failed)
     pe = sinusoidal_encoding(9, 8).double()
-    return torch.linalg.lstsq(pe[:-3], pe[3:]).solution.T.float()
+    return torch.linalg.lstsq(pe[:-3], pe[3:]).solution.float()
 
 
 ROUND4_SHIFT = {
@@ -1799,18 +1799,18 @@ WRONG["check_embedding_parameters"].update({
 
 # --- chapter 3: more planted mistakes ---
 
-def _ahead_fitted():  # least squares on 64 positions: M^T of one step
+def _ahead_fitted():  # least squares on 64 positions: M of one step
     pe = sinusoidal_encoding(64, 8)
     return torch.linalg.lstsq(pe[:-1], pe[1:]).solution
 
 
-RIGHT["check_ahead_matrix"] = [lambda: (shift(k=1).T,),
+RIGHT["check_ahead_matrix"] = [lambda: (shift(k=1),),
                                lambda: (_ahead_fitted(),),
-                               lambda: (2.5 * shift(k=1).T.double(),)]
+                               lambda: (2.5 * shift(k=1).double(),)]
 WRONG["check_ahead_matrix"] = {
     "dot_product": lambda: (torch.eye(8),),
-    "behind": lambda: (shift(k=1),),
-    "other_offset": lambda: (shift(k=3).T,),
+    "behind": lambda: (shift(k=1).T,),
+    "other_offset": lambda: (shift(k=3),),
 }
 
 
@@ -2652,3 +2652,32 @@ def _sdpa_dropout_on(m, x, mask=None):
 WRONG["check_to_torch"]["out_proj_transposed"] = lambda: (
     _to_torch_out_transposed,)
 WRONG["check_sdpa_attention"]["dropout"] = lambda: (_sdpa_dropout_on,)
+
+# --- chapter 3: more planted mistakes ---
+# Exercise 3.1 with the column index j in the exponent, 2j / d_model.
+
+def _pe_column_index_2j(length, d_model):
+    j = torch.arange(d_model)  # column index, not the pair index
+    pos = torch.arange(length)[:, None]  # (L, 1)
+    angles = pos / 10000.0 ** (2 * j / d_model)  # (L, d_model)
+    pe = torch.zeros(length, d_model)
+    pe[:, 0::2] = angles[:, 0::2].sin()
+    pe[:, 1::2] = angles[:, 1::2].cos()
+    return pe
+
+
+WRONG["check_sinusoidal"]["column_index_2j"] = lambda: (
+    _pe_column_index_2j,)
+
+# --- chapter 4: more planted mistakes ---
+# Exercise 4.2 split per head, as UvA's fused qkv_proj is.
+
+WRONG["check_fused_projection"]["per_head"] = lambda: (
+    lambda x, m: (x @ _stack(m)[0].T + _stack(m)[1]).reshape(
+        *x.shape[:-1], m.num_heads, -1).chunk(3, dim=-1),)
+
+# --- chapter 5: more planted mistakes ---
+# Exercise 5.1 with the batch axis swapped for the heads.
+
+WRONG["check_split_heads"]["batch_swapped"] = lambda: (
+    lambda x, h: x.view(*x.shape[:-1], h, -1).transpose(0, 2),)

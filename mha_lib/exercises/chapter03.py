@@ -41,6 +41,13 @@ SINUSOIDAL = catalogue(
                   "in column 2i + 1 gets (2i + 1) / d_model: a sine and "
                   "its cosine share one frequency, 10000 ** (2i / "
                   "d_model) with i the pair index", _FORMULA),
+    column_index_2j=("the exponent uses the column index j as if it "
+                     "were the pair index: 2j / d_model gives column 2i "
+                     "the exponent 4i / d_model and its cosine (4i + 2) "
+                     "/ d_model, so every pair turns at two wrong "
+                     "frequencies; use i = j // 2, the pair index, "
+                     "10000 ** (2i / d_model) for both columns",
+                     _FORMULA),
     integer_division=("2 * i // d_model is integer division: it is 0 for "
                       "every pair, so all pairs turn at frequency 1; "
                       "write 2 * i / d_model", _FORMULA),
@@ -78,6 +85,9 @@ def _table(length: int, d_model: int, exponent: float = 2.0,
     sin, cos = angles.sin(), angles.cos()
     if layout == "column_index":  # cos column 2i + 1: (2i + 1) / d_model
         cos = (pos / 10000.0 ** ((2 * i + 1) / d_model)).cos()
+    if layout == "column_index_2j":  # column j: 2j / d_model
+        sin = (pos / 10000.0 ** (4 * i / d_model)).sin()
+        cos = (pos / 10000.0 ** ((4 * i + 2) / d_model)).cos()
     if layout == "concatenated":
         return torch.cat([sin, cos], dim=-1).float()
     if layout == "swapped":
@@ -121,6 +131,8 @@ def check_sinusoidal(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                 (SINUSOIDAL["exponent_4i"], partial(_table, *size, 4.0)),
                 (SINUSOIDAL["column_index"],
                  partial(_table, *size, layout="column_index")),
+                (SINUSOIDAL["column_index_2j"],
+                 partial(_table, *size, layout="column_index_2j")),
                 (SINUSOIDAL["integer_division"],
                  partial(_table, *size, 0.0)),
                 (SINUSOIDAL["fairseq"],
@@ -146,7 +158,8 @@ SHIFT = catalogue(
     "check_shift_matrix", 3,
     backwards=("M moves the positions back, not on: the sines of each "
                "block have the wrong signs (you may have built the "
-               "transpose, for PE[pos] @ M)", _ROTATION),
+               "transpose, for column vectors, M @ PE[pos]^T)",
+               _ROTATION),
     one_step=("M moves every position 1 step on; the rotation angle of "
               "pair i is omega_i times k", _ROTATION),
     exponent_i=("the frequencies are off: omega_i = 10000 ** (-2i / "
@@ -180,14 +193,15 @@ SHIFT = catalogue(
 
 def _shift(k: float, d_model: int, exponent: float = 2.0,
            flip: bool = False) -> torch.Tensor:
-    """The block-diagonal matrix that moves every position ``k`` on
-    (with ``flip``, its pairs' frequencies in reverse order)."""
+    """The block-diagonal matrix that moves every position ``k`` on,
+    ``PE[pos + k] = PE[pos] @ M`` (with ``flip``, its pairs' frequencies
+    in reverse order)."""
     i = torch.arange(d_model // 2, dtype=torch.float64)
     if flip:
         i = i.flip(0)
     angle = k * 10000.0 ** (-exponent * i / d_model)  # (d_model/2,)
     c, s = angle.cos(), angle.sin()
-    blocks = [torch.tensor([[c[j], s[j]], [-s[j], c[j]]])
+    blocks = [torch.tensor([[c[j], -s[j]], [s[j], c[j]]])
               for j in range(d_model // 2)]
     return torch.block_diag(*blocks).float()
 
@@ -209,16 +223,16 @@ def check_shift_matrix(
     M: torch.Tensor, k: int = 3, d_model: int = 8
 ) -> Verdict:
     """Exercise 3.2: a ``(d_model, d_model)`` matrix with
-    ``PE[pos + k] = M @ PE[pos]`` for every position, the same matrix for
-    all of them."""
+    ``PE[pos + k] = PE[pos] @ M`` (rows) for every position, the same
+    matrix for all of them."""
     pe = sinusoidal_encoding(64 + k, d_model)  # (L + k, d_model)
     if (wrong := _not_square("M", M, d_model)) is not None:
         return wrong
-    # row pos holds M @ PE[pos]; 1e-3 on entries of size 1 leaves room
+    # row pos holds PE[pos] @ M; 1e-3 on entries of size 1 leaves room
     # for a least-squares fit, whose slow pairs are ill-conditioned
-    shifted = pe[:-k] @ M.detach().to(pe.dtype).T
+    shifted = pe[:-k] @ M.detach().to(pe.dtype)
     problem = check_tensor(
-        f"M @ PE[pos] for pos = 0..63 (compared with PE[pos + {k}])",
+        f"PE[pos] @ M for pos = 0..63 (compared with PE[pos + {k}])",
         shifted, pe[k:], atol=1e-3, rtol=0.0)
     if problem is None:
         return Verdict(
@@ -256,9 +270,9 @@ AHEAD = catalogue(
                  "dot product cannot tell ahead from behind. Let W "
                  "move PE_p one step on first", _AHEAD),
     behind=("every position prefers the previous one, p - 1: "
-            "with M the one-step matrix (PE[p + 1] = M @ PE[p]), "
-            "PE_p M PE_q^T = PE_p . PE[q + 1]; use the transpose, "
-            "PE_p M^T PE_q^T = PE[p + 1] . PE_q", _AHEAD),
+            "with M the one-step matrix (PE[p + 1] = PE[p] @ M), "
+            "PE_p M^T PE_q^T = PE_p . PE[q + 1]; use M itself, "
+            "PE_p M PE_q^T = PE[p + 1] . PE_q", _AHEAD),
     other_offset=("every position prefers another offset than + 1: "
                   "the rotation of pair i must be by omega_i times 1, "
                   "one step", _AHEAD),

@@ -117,6 +117,13 @@ FUSED = catalogue(
                  "three contiguous blocks with chunk(3, dim=-1), not "
                  "every third feature (view(..., d_model, 3))",
                  _LAYERS),
+    per_head=("the fused output is cut per head, UvA's layout: "
+              "reshape(B, L, H, -1).chunk(3) assumes the weight rows "
+              "are stacked head by head (q, k, v of head 0, then of "
+              "head 1, ...). Here they are stacked by role, q's d_model "
+              "rows first, so cut the (B, L, 3 d_model) output into "
+              "three blocks with chunk(3, dim=-1) and leave the heads "
+              "to chapter 5", _LAYERS),
     no_gradient=("no gradient reaches the module's weights, so the "
                  "projections could not be trained: no .detach(), .data "
                  "or torch.no_grad() on the way", _LAYERS),
@@ -172,6 +179,8 @@ def check_fused_projection(fn: FusedProjection) -> Verdict:
             bare = [x @ layer.weight.T for layer in layers]
             woven = torch.cat(want, dim=-1).view(
                 batch, length, d_model, 3).unbind(-1)  # every third
+            uva = torch.cat(want, dim=-1).reshape(
+                batch, length, heads, -1).chunk(3, dim=-1)  # per head
         for name, tensor, expected, no_bias, every_third in zip(
                 "qkv", given, want, bare, woven, strict=True):
             label = f"{name} of {call.label}"
@@ -181,6 +190,11 @@ def check_fused_projection(fn: FusedProjection) -> Verdict:
                     and tensor.size(-1) == 3 * d_model)
             if wide:
                 return FUSED["split_axis"].verdict(label)
+            if isinstance(tensor, torch.Tensor) and any(
+                    tensor.shape == u.shape
+                    and torch.allclose(tensor.detach(), u, atol=1e-5)
+                    for u in uva):  # one of UvA's per-head chunks
+                return FUSED["per_head"].verdict(label)
             problem = check_tensor(
                 label, tensor, expected, axes="(B, L, d_model)",
                 mistakes=[(FUSED["no_bias"], no_bias),
@@ -272,7 +286,8 @@ PREVIOUS = catalogue(
             "Give the keys a layer of their own", _AT_WORK),
     next_token=("every token looks at the next one, t + 1: nn.Linear "
                 "stores the transpose of W (weight is (out, in)), so "
-                "weight = M makes W^Q = M^T, a step on; store M^T",
+                "weight = M^T makes W^Q = M, a step on; store M, "
+                "for W^Q = M^T, a step back",
                 "Three linear layers"),
     itself=("every token looks at itself: q_t . k_j still peaks at "
             "j = t, as with W^Q (W^K)^T = I; move the queries one step "

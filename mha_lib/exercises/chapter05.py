@@ -83,6 +83,10 @@ SPLIT = catalogue(
     wrong_transpose=("that is (B, L, D, H): transpose(2, 3) swaps heads "
                      "and features; swap length and heads, "
                      "permute(0, 2, 1, 3)", _COLUMNS),
+    batch_swapped=("that is (H, L, B, D): transpose(0, 2) swaps the "
+                   "batch axis with the heads; the batch stays first, "
+                   "swap length and heads: transpose(1, 2), or "
+                   "permute(0, 2, 1, 3)", _COLUMNS),
     transpose_first=("that transposes before it splits: x.transpose(1, 2) "
                      "is (B, H*D, L), and cutting that into (B, H, L, D) "
                      "mixes features and tokens; split the last axis "
@@ -131,6 +135,8 @@ def check_split_heads(
                         0, 2, 3, 1)),
                 (SPLIT["wrong_transpose"], x.reshape(
                     batch, length, num_heads, head_dim).transpose(2, 3)),
+                (SPLIT["batch_swapped"], x.reshape(
+                    batch, length, num_heads, head_dim).transpose(0, 2)),
                 (SPLIT["transpose_first"], x.transpose(1, 2).reshape(
                     batch, num_heads, length, head_dim)),
                 *[(SPLIT["heads_fixed"], x.reshape(
