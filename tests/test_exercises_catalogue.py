@@ -2652,3 +2652,38 @@ def _sdpa_dropout_on(m, x, mask=None):
 WRONG["check_to_torch"]["out_proj_transposed"] = lambda: (
     _to_torch_out_transposed,)
 WRONG["check_sdpa_attention"]["dropout"] = lambda: (_sdpa_dropout_on,)
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.3: a fixed reference (the first block's max, or the first
+# score) instead of the running max; the correction flipped; pass 2 with
+# each block's own max.
+
+def tiled_softmax_variant(scores, block_size, how):
+    blocks = scores.split(block_size, dim=-1)
+    first = blocks[0].amax(dim=-1, keepdim=True)
+    m = {"first_score": scores[..., :1], "first_block": first,
+         "flipped_from_first": first}.get(how, torch.full_like(first, INF))
+    total = torch.zeros_like(first)
+    for block in blocks:
+        if how in ("first_score", "first_block"):
+            total = total + torch.exp(block - m).sum(dim=-1, keepdim=True)
+            continue
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        correction = torch.exp(m - m_new) if how == "block_max" \
+            else torch.exp(m_new - m)
+        total = correction * total + torch.exp(block - m_new).sum(
+            dim=-1, keepdim=True)
+        m = m_new
+    if how == "block_max":
+        return torch.cat([torch.exp(b - b.amax(dim=-1, keepdim=True)) / total
+                          for b in blocks], dim=-1)
+    return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
+
+
+WRONG["check_tiled_softmax"].update({
+    name: (lambda how=how: (lambda s, b: tiled_softmax_variant(s, b, how),))
+    for name, how in (("fixed_reference", "first_block"),
+                      ("fixed_reference/first_score", "first_score"),
+                      ("flipped_correction", "flipped"),
+                      ("flipped_correction/from_first", "flipped_from_first"),
+                      ("block_max", "block_max"))})

@@ -224,6 +224,18 @@ TILED = catalogue(
               "with the final max and sum", _ONLINE),
     no_max=("exp overflows: subtract the running max before exp",
             _ONLINE),
+    fixed_reference=("exp overflows in a later block: the first block's "
+                     "max (or any fixed number) is no safe reference; "
+                     "subtract the running max m, updated in every block, "
+                     "and rescale the sum by exp(m_old - m_new) when it "
+                     "grows", _ONLINE),
+    flipped_correction=("the correction is exp(m_old - m_new), at most 1: "
+                        "exp(m_new - m_old) grows the old sum instead (and "
+                        "is inf times 0, NaN, while m_old is still -inf)",
+                        _ONLINE),
+    block_max=("the second pass subtracts each block's own max: the sum "
+               "was rescaled to the final running max m, so every block "
+               "needs exp(block - m) with that same m", _ONLINE),
 )
 
 
@@ -243,22 +255,29 @@ def _per_block_averaged(scores: torch.Tensor,
 
 
 def _online_softmax(scores: torch.Tensor, block_size: int,
-                    rescale: bool = True, second_pass: bool = True
+                    rescale: bool = True, second_pass: bool = True,
+                    flipped: bool = False, block_max: bool = False
                     ) -> torch.Tensor:
-    """The online softmax, or one of its usual wrong versions."""
+    """The online softmax, or one of its usual wrong versions (a flipped
+    correction starts from the first block's max: from -inf it is NaN)."""
     blocks = scores.split(block_size, dim=-1)
-    m = torch.full_like(scores[..., :1], float("-inf"))
+    m = blocks[0].amax(dim=-1, keepdim=True) if flipped \
+        else torch.full_like(scores[..., :1], float("-inf"))
     total = torch.zeros_like(m)
     early = []
     for block in blocks:
         m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
-        scale = torch.exp(m - m_new) if rescale else 1.0
+        scale = torch.exp(m_new - m) if flipped \
+            else torch.exp(m - m_new) if rescale else 1.0
         total = scale * total + torch.exp(block - m_new).sum(
             dim=-1, keepdim=True)
         m = m_new
         early.append(torch.exp(block - m) / total)
     if not second_pass:
         return torch.cat(early, dim=-1)
+    if block_max:
+        return torch.cat([torch.exp(b - b.amax(dim=-1, keepdim=True))
+                          / total for b in blocks], dim=-1)
     return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
 
 
@@ -270,15 +289,21 @@ def check_tiled_softmax(
     ``block_size`` with a running max and sum (a plain ``torch.softmax``
     over the whole row is refused)."""
     generator = torch.Generator().manual_seed(1212)
-    cases = [
+    later = torch.randn(3, 8, generator=generator)
+    later[:, 4:] += 100  # a later block 100 above the first: exp(100)
+    # overflows float32, so a fixed reference fails here.
+    cases = [  # (name, scores, block sizes, hint for inf or NaN)
         ("random (2, 3, 5, 7)",
-         torch.randn(2, 3, 5, 7, generator=generator), (1, 3, 7, 10)),
+         torch.randn(2, 3, 5, 7, generator=generator), (1, 3, 7, 10),
+         "flipped_correction"),
         ("scores near 1000 (exp overflows without the max)",
-         1000 + torch.randn(4, 9, generator=generator), (2, 4)),
+         1000 + torch.randn(4, 9, generator=generator), (2, 4), "no_max"),
+        ("blocks after the first 100 higher", later, (2, 4),
+         "fixed_reference"),
         ("the largest score in the last block",
-         torch.linspace(-5.0, 20.0, 12).expand(3, 12), (5,)),
+         torch.linspace(-5.0, 20.0, 12).expand(3, 12), (5,), "no_max"),
     ]
-    for name, scores, block_sizes in cases:
+    for name, scores, block_sizes, overflow in cases:
         expected = masked_softmax(scores)
         for block_size in block_sizes:
             call = attempt(fn, scores.clone(), block_size,
@@ -293,7 +318,7 @@ def check_tiled_softmax(
             if isinstance(given, torch.Tensor) \
                     and given.shape == expected.shape \
                     and not torch.isfinite(given).all():
-                return TILED["no_max"].verdict(call.label)
+                return TILED[overflow].verdict(call.label)
             problem = check_tensor(
                 call.label, given, expected, atol=1e-6, mistakes=[
                     (TILED["per_block"],
@@ -306,6 +331,12 @@ def check_tiled_softmax(
                     (TILED["one_pass"], partial(
                         _online_softmax, scores, block_size,
                         second_pass=False)),
+                    (TILED["flipped_correction"], partial(
+                        _online_softmax, scores, block_size,
+                        flipped=True)),
+                    (TILED["block_max"], partial(
+                        _online_softmax, scores, block_size,
+                        block_max=True)),
                 ])
             if problem is not None:
                 return problem
