@@ -169,7 +169,8 @@ def check_weights_mib(
             return problem
     return Verdict(
         True, "B * H * L^2 * bytes per element: 1 x 8 heads x 4096^2 in "
-              "float32 is 512 MiB, for one layer's weights alone")
+              "float32 is 512 MiB, for one layer's attention weights "
+              "alone")
 
 
 # Operations that read a whole row of scores at once when their input is
