@@ -2687,3 +2687,13 @@ WRONG["check_tiled_softmax"].update({
                       ("flipped_correction", "flipped"),
                       ("flipped_correction/from_first", "flipped_from_first"),
                       ("block_max", "block_max"))})
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.1: the query left out of its own window; Exercise 17.3: the
+# query taken out once for all the layers.
+
+WRONG["check_window_mask_mod"].update({
+    "strict": lambda: (lambda w: lambda b, h, q, kv: (q > kv) & (q - kv <= w),),
+    "strict/below": lambda: (lambda w: lambda b, h, q, kv: (q > kv) & (q - kv < w),),
+})
+WRONG["check_receptive_field"]["query_once"] = lambda: (lambda w, n: n * w - 1,)
