@@ -2697,3 +2697,30 @@ WRONG["check_window_mask_mod"].update({
     "strict/below": lambda: (lambda w: lambda b, h, q, kv: (q > kv) & (q - kv < w),),
 })
 WRONG["check_receptive_field"]["query_once"] = lambda: (lambda w, n: n * w - 1,)
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.4: the sum and the output not rescaled when the max grows,
+# with each tile's own max or with the running one.
+
+def masked_tiles_unscaled(q, k, v, mask, block_size, own_max):
+    outs = []
+    for r, qb in zip(range(0, q.size(-2), block_size),
+                     q.split(block_size, dim=-2), strict=True):
+        m = qb.new_full((*qb.shape[:-1], 1), INF)
+        total = qb.new_zeros((*qb.shape[:-1], 1))
+        o = qb.new_zeros((*qb.shape[:-1], v.size(-1)))
+        for c in range(0, k.size(-2), block_size):
+            tile = mask[r:r + qb.size(-2), c:c + block_size]
+            s = (qb @ k[..., c:c + block_size, :].mT / 2).masked_fill(~tile, INF)
+            top = s.amax(dim=-1, keepdim=True)
+            m = top if own_max else torch.maximum(m, top)
+            p = torch.exp(s - m.masked_fill(m == INF, 0.0))
+            total, o = total + p.sum(-1, keepdim=True), o + p @ v[..., c:c + block_size, :]
+        outs.append(torch.where(total > 0, o / total.clamp_min(1e-30), 0.0))
+    return torch.cat(outs, dim=-2)
+
+
+WRONG["check_masked_tiles"].update({
+    "no_rescale": lambda: (lambda *a: masked_tiles_unscaled(*a, own_max=True),),
+    "no_rescale/running": lambda: (lambda *a: masked_tiles_unscaled(*a, own_max=False),),
+})

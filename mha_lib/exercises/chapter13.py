@@ -366,6 +366,11 @@ MASKED_TILES = catalogue(
     whole_row=("the keys are read in tiles of at most block_size: no "
                "softmax, max, sum, exp or product over a whole row",
                _FLASH),
+    no_rescale=("the tiles' exponentials use different maxima (each "
+                "tile's own, or the running max of the moment), but the "
+                "sum and the output add them up unscaled: when the "
+                "running max grows, multiply both by exp(m_old - m_new)",
+                _ONLINE),
 )
 
 
@@ -378,6 +383,27 @@ def _uniform_empty_rows(q, k, v, mask) -> torch.Tensor:
     out, _ = scaled_dot_product_attention(q, k, v, mask)
     empty = ~mask.any(dim=-1, keepdim=True)  # (Lq, 1)
     return torch.where(empty, v.mean(dim=-2, keepdim=True), out)
+
+
+def _unscaled_tiles(q, k, v, mask, block_size: int,
+                    own_max: bool) -> torch.Tensor:
+    """The usual mistake: every tile's exponentials added up without the
+    correction exp(m_old - m_new), with the tile's own max or the running
+    one (masked tiles add nothing, a query that sees nothing gets 0)."""
+    scale = q.size(-1) ** -0.5
+    m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+    total = q.new_zeros((*q.shape[:-1], 1))
+    o = q.new_zeros((*q.shape[:-1], v.size(-1)))
+    for start in range(0, k.size(-2), block_size):
+        keys = slice(start, start + block_size)
+        s = (q @ k[..., keys, :].mT * scale).masked_fill(
+            ~mask[:, keys], float("-inf"))
+        top = s.amax(dim=-1, keepdim=True)
+        m = top if own_max else torch.maximum(m, top)
+        p = torch.exp(s - m.masked_fill(m == float("-inf"), 0.0))
+        total = total + p.sum(dim=-1, keepdim=True)
+        o = o + p @ v[..., keys, :]
+    return torch.where(total > 0, o / total.clamp_min(1e-30), 0.0)
 
 
 def check_masked_tiles(
@@ -434,6 +460,12 @@ def check_masked_tiles(
                     (MASKED_TILES["unscaled"],
                      lambda m=mask: scaled_dot_product_attention(
                          q, k, v, m, scale=1.0)[0]),
+                    (MASKED_TILES["no_rescale"],
+                     lambda m=mask, b=block_size: _unscaled_tiles(
+                         q, k, v, m, b, own_max=True)),
+                    (MASKED_TILES["no_rescale"],
+                     lambda m=mask, b=block_size: _unscaled_tiles(
+                         q, k, v, m, b, own_max=False)),
                     # NaN rows a final where turned into zeros
                     (MASKED_TILES["nan"],
                      partial(_zero_rows, given, expected)),
