@@ -2681,3 +2681,75 @@ WRONG["check_fused_projection"]["per_head"] = lambda: (
 
 WRONG["check_split_heads"]["batch_swapped"] = lambda: (
     lambda x, h: x.view(*x.shape[:-1], h, -1).transpose(0, 2),)
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.3: a fixed reference (the first block's max, or the first
+# score) instead of the running max; the correction flipped; pass 2 with
+# each block's own max.
+
+def tiled_softmax_variant(scores, block_size, how):
+    blocks = scores.split(block_size, dim=-1)
+    first = blocks[0].amax(dim=-1, keepdim=True)
+    m = {"first_score": scores[..., :1], "first_block": first,
+         "flipped_from_first": first}.get(how, torch.full_like(first, INF))
+    total = torch.zeros_like(first)
+    for block in blocks:
+        if how in ("first_score", "first_block"):
+            total = total + torch.exp(block - m).sum(dim=-1, keepdim=True)
+            continue
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        correction = torch.exp(m - m_new) if how == "block_max" \
+            else torch.exp(m_new - m)
+        total = correction * total + torch.exp(block - m_new).sum(
+            dim=-1, keepdim=True)
+        m = m_new
+    if how == "block_max":
+        return torch.cat([torch.exp(b - b.amax(dim=-1, keepdim=True)) / total
+                          for b in blocks], dim=-1)
+    return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
+
+
+WRONG["check_tiled_softmax"].update({
+    name: (lambda how=how: (lambda s, b: tiled_softmax_variant(s, b, how),))
+    for name, how in (("fixed_reference", "first_block"),
+                      ("fixed_reference/first_score", "first_score"),
+                      ("flipped_correction", "flipped"),
+                      ("flipped_correction/from_first", "flipped_from_first"),
+                      ("block_max", "block_max"))})
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.1: the query left out of its own window; Exercise 17.3: the
+# query taken out once for all the layers.
+
+WRONG["check_window_mask_mod"].update({
+    "strict": lambda: (lambda w: lambda b, h, q, kv: (q > kv) & (q - kv <= w),),
+    "strict/below": lambda: (lambda w: lambda b, h, q, kv: (q > kv) & (q - kv < w),),
+})
+WRONG["check_receptive_field"]["query_once"] = lambda: (lambda w, n: n * w - 1,)
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.4: the sum and the output not rescaled when the max grows,
+# with each tile's own max or with the running one.
+
+def masked_tiles_unscaled(q, k, v, mask, block_size, own_max):
+    outs = []
+    for r, qb in zip(range(0, q.size(-2), block_size),
+                     q.split(block_size, dim=-2), strict=True):
+        m = qb.new_full((*qb.shape[:-1], 1), INF)
+        total = qb.new_zeros((*qb.shape[:-1], 1))
+        o = qb.new_zeros((*qb.shape[:-1], v.size(-1)))
+        for c in range(0, k.size(-2), block_size):
+            tile = mask[r:r + qb.size(-2), c:c + block_size]
+            s = (qb @ k[..., c:c + block_size, :].mT / 2).masked_fill(~tile, INF)
+            top = s.amax(dim=-1, keepdim=True)
+            m = top if own_max else torch.maximum(m, top)
+            p = torch.exp(s - m.masked_fill(m == INF, 0.0))
+            total, o = total + p.sum(-1, keepdim=True), o + p @ v[..., c:c + block_size, :]
+        outs.append(torch.where(total > 0, o / total.clamp_min(1e-30), 0.0))
+    return torch.cat(outs, dim=-2)
+
+
+WRONG["check_masked_tiles"].update({
+    "no_rescale": lambda: (lambda *a: masked_tiles_unscaled(*a, own_max=True),),
+    "no_rescale/running": lambda: (lambda *a: masked_tiles_unscaled(*a, own_max=False),),
+})

@@ -169,7 +169,8 @@ def check_weights_mib(
             return problem
     return Verdict(
         True, "B * H * L^2 * bytes per element: 1 x 8 heads x 4096^2 in "
-              "float32 is 512 MiB, for one layer's weights alone")
+              "float32 is 512 MiB, for one layer's attention weights "
+              "alone")
 
 
 # Operations that read a whole row of scores at once when their input is
@@ -224,6 +225,18 @@ TILED = catalogue(
               "with the final max and sum", _ONLINE),
     no_max=("exp overflows: subtract the running max before exp",
             _ONLINE),
+    fixed_reference=("exp overflows in a later block: the first block's "
+                     "max (or any fixed number) is no safe reference; "
+                     "subtract the running max m, updated in every block, "
+                     "and rescale the sum by exp(m_old - m_new) when it "
+                     "grows", _ONLINE),
+    flipped_correction=("the correction is exp(m_old - m_new), at most 1: "
+                        "exp(m_new - m_old) grows the old sum instead (and "
+                        "is inf times 0, NaN, while m_old is still -inf)",
+                        _ONLINE),
+    block_max=("the second pass subtracts each block's own max: the sum "
+               "was rescaled to the final running max m, so every block "
+               "needs exp(block - m) with that same m", _ONLINE),
 )
 
 
@@ -243,22 +256,29 @@ def _per_block_averaged(scores: torch.Tensor,
 
 
 def _online_softmax(scores: torch.Tensor, block_size: int,
-                    rescale: bool = True, second_pass: bool = True
+                    rescale: bool = True, second_pass: bool = True,
+                    flipped: bool = False, block_max: bool = False
                     ) -> torch.Tensor:
-    """The online softmax, or one of its usual wrong versions."""
+    """The online softmax, or one of its usual wrong versions (a flipped
+    correction starts from the first block's max: from -inf it is NaN)."""
     blocks = scores.split(block_size, dim=-1)
-    m = torch.full_like(scores[..., :1], float("-inf"))
+    m = blocks[0].amax(dim=-1, keepdim=True) if flipped \
+        else torch.full_like(scores[..., :1], float("-inf"))
     total = torch.zeros_like(m)
     early = []
     for block in blocks:
         m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
-        scale = torch.exp(m - m_new) if rescale else 1.0
+        scale = torch.exp(m_new - m) if flipped \
+            else torch.exp(m - m_new) if rescale else 1.0
         total = scale * total + torch.exp(block - m_new).sum(
             dim=-1, keepdim=True)
         m = m_new
         early.append(torch.exp(block - m) / total)
     if not second_pass:
         return torch.cat(early, dim=-1)
+    if block_max:
+        return torch.cat([torch.exp(b - b.amax(dim=-1, keepdim=True))
+                          / total for b in blocks], dim=-1)
     return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
 
 
@@ -270,15 +290,21 @@ def check_tiled_softmax(
     ``block_size`` with a running max and sum (a plain ``torch.softmax``
     over the whole row is refused)."""
     generator = torch.Generator().manual_seed(1212)
-    cases = [
+    later = torch.randn(3, 8, generator=generator)
+    later[:, 4:] += 100  # a later block 100 above the first: exp(100)
+    # overflows float32, so a fixed reference fails here.
+    cases = [  # (name, scores, block sizes, hint for inf or NaN)
         ("random (2, 3, 5, 7)",
-         torch.randn(2, 3, 5, 7, generator=generator), (1, 3, 7, 10)),
+         torch.randn(2, 3, 5, 7, generator=generator), (1, 3, 7, 10),
+         "flipped_correction"),
         ("scores near 1000 (exp overflows without the max)",
-         1000 + torch.randn(4, 9, generator=generator), (2, 4)),
+         1000 + torch.randn(4, 9, generator=generator), (2, 4), "no_max"),
+        ("blocks after the first 100 higher", later, (2, 4),
+         "fixed_reference"),
         ("the largest score in the last block",
-         torch.linspace(-5.0, 20.0, 12).expand(3, 12), (5,)),
+         torch.linspace(-5.0, 20.0, 12).expand(3, 12), (5,), "no_max"),
     ]
-    for name, scores, block_sizes in cases:
+    for name, scores, block_sizes, overflow in cases:
         expected = masked_softmax(scores)
         for block_size in block_sizes:
             call = attempt(fn, scores.clone(), block_size,
@@ -293,7 +319,7 @@ def check_tiled_softmax(
             if isinstance(given, torch.Tensor) \
                     and given.shape == expected.shape \
                     and not torch.isfinite(given).all():
-                return TILED["no_max"].verdict(call.label)
+                return TILED[overflow].verdict(call.label)
             problem = check_tensor(
                 call.label, given, expected, atol=1e-6, mistakes=[
                     (TILED["per_block"],
@@ -306,6 +332,12 @@ def check_tiled_softmax(
                     (TILED["one_pass"], partial(
                         _online_softmax, scores, block_size,
                         second_pass=False)),
+                    (TILED["flipped_correction"], partial(
+                        _online_softmax, scores, block_size,
+                        flipped=True)),
+                    (TILED["block_max"], partial(
+                        _online_softmax, scores, block_size,
+                        block_max=True)),
                 ])
             if problem is not None:
                 return problem
@@ -334,6 +366,11 @@ MASKED_TILES = catalogue(
     whole_row=("the keys are read in tiles of at most block_size: no "
                "softmax, max, sum, exp or product over a whole row",
                _FLASH),
+    no_rescale=("the tiles' exponentials use different maxima (each "
+                "tile's own, or the running max of the moment), but the "
+                "sum and the output add them up unscaled: when the "
+                "running max grows, multiply both by exp(m_old - m_new)",
+                _ONLINE),
 )
 
 
@@ -346,6 +383,27 @@ def _uniform_empty_rows(q, k, v, mask) -> torch.Tensor:
     out, _ = scaled_dot_product_attention(q, k, v, mask)
     empty = ~mask.any(dim=-1, keepdim=True)  # (Lq, 1)
     return torch.where(empty, v.mean(dim=-2, keepdim=True), out)
+
+
+def _unscaled_tiles(q, k, v, mask, block_size: int,
+                    own_max: bool) -> torch.Tensor:
+    """The usual mistake: every tile's exponentials added up without the
+    correction exp(m_old - m_new), with the tile's own max or the running
+    one (masked tiles add nothing, a query that sees nothing gets 0)."""
+    scale = q.size(-1) ** -0.5
+    m = q.new_full((*q.shape[:-1], 1), float("-inf"))
+    total = q.new_zeros((*q.shape[:-1], 1))
+    o = q.new_zeros((*q.shape[:-1], v.size(-1)))
+    for start in range(0, k.size(-2), block_size):
+        keys = slice(start, start + block_size)
+        s = (q @ k[..., keys, :].mT * scale).masked_fill(
+            ~mask[:, keys], float("-inf"))
+        top = s.amax(dim=-1, keepdim=True)
+        m = top if own_max else torch.maximum(m, top)
+        p = torch.exp(s - m.masked_fill(m == float("-inf"), 0.0))
+        total = total + p.sum(dim=-1, keepdim=True)
+        o = o + p @ v[..., keys, :]
+    return torch.where(total > 0, o / total.clamp_min(1e-30), 0.0)
 
 
 def check_masked_tiles(
@@ -402,6 +460,12 @@ def check_masked_tiles(
                     (MASKED_TILES["unscaled"],
                      lambda m=mask: scaled_dot_product_attention(
                          q, k, v, m, scale=1.0)[0]),
+                    (MASKED_TILES["no_rescale"],
+                     lambda m=mask, b=block_size: _unscaled_tiles(
+                         q, k, v, m, b, own_max=True)),
+                    (MASKED_TILES["no_rescale"],
+                     lambda m=mask, b=block_size: _unscaled_tiles(
+                         q, k, v, m, b, own_max=False)),
                     # NaN rows a final where turned into zeros
                     (MASKED_TILES["nan"],
                      partial(_zero_rows, given, expected)),

@@ -51,6 +51,9 @@ WINDOW = catalogue(
                 _FLEX),
     inverted=("the mask is True where a key is hidden; a mask_mod returns "
               "True where the query may attend", _FLEX),
+    strict=("the query does not see itself: the window counts the query "
+            "at q_idx, so q_idx >= kv_idx (not >) and q_idx - kv_idx < "
+            "window", _WINDOW),
     python_and=("The indices are tensors: combine the two conditions with "
                 "&, not Python's and", _FLEX),
 )
@@ -86,6 +89,7 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
                                   f"{call.verdict.message}")
         expected = sliding_window_mask(length, window)
         past = torch.ones_like(expected)
+        itself = torch.eye(length, dtype=torch.bool)
         problem = check_tensor(
             f"the mask_mod of {made.label} on {length} positions",
             call.value, expected, axes="(Lq, Lk)", mistakes=[
@@ -99,6 +103,9 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
                 (WINDOW["transposed"], expected.T),
                 (WINDOW["no_window"], past.tril()),
                 (WINDOW["reversed_sign"], past.tril(window - 1)),
+                (WINDOW["strict"], expected & ~itself),  # q > kv, < W
+                (WINDOW["strict"],  # q > kv, <= W
+                 sliding_window_mask(length, window + 1) & ~itself),
             ])
         if problem is not None:
             return problem
@@ -215,6 +222,10 @@ REACH = catalogue(
                "than the one below", _WINDOW),
     counts_itself=("count the positions before the last token, not the "
                    "token itself", _WINDOW),
+    query_once=("num_layers * window - 1 takes the query out once; every "
+                "layer's window counts its own query, so each layer "
+                "reaches window - 1 back: num_layers * (window - 1)",
+                _WINDOW),
 )
 
 
@@ -235,7 +246,8 @@ def check_receptive_field(fn: Callable[[int, int], int]) -> Verdict:
         right = expected(window, num_layers)
         return [(REACH["window_per_layer"], num_layers * window),
                 (REACH["one_layer"], window - 1),
-                (REACH["counts_itself"], right + 1)]
+                (REACH["counts_itself"], right + 1),
+                (REACH["query_once"], num_layers * window - 1)]
 
     cases = [(4, 3), (3, 1), (3, 2), (1, 5), (10, 4)]
     return check_calls(fn, cases, expected,
@@ -250,9 +262,10 @@ SOFTCAP = catalogue(
     no_divide=("that is cap * tanh(score): divide by the cap inside the "
                "tanh, cap * tanh(score / cap), so that a small score "
                "passes almost unchanged", _FLEX),
-    cancelled=("that is tanh(score), squeezed into (-1, 1): cap * "
-               "tanh(score) / cap cancels the cap; divide inside the tanh, "
-               "cap * torch.tanh(score / cap)", _FLEX),
+    cancelled=("that is tanh(score), squeezed into (-1, 1) (so is cap * "
+               "tanh(score) / cap: the cap cancels); divide inside the "
+               "tanh and multiply outside: cap * torch.tanh(score / cap)",
+               _FLEX),
     no_multiply=("that is tanh(score / cap), squeezed into (-1, 1): "
                  "multiply by the cap again", _FLEX),
     clamp=("that clips the scores at -cap and cap, a hard cap; the soft "
