@@ -2652,3 +2652,10 @@ def _sdpa_dropout_on(m, x, mask=None):
 WRONG["check_to_torch"]["out_proj_transposed"] = lambda: (
     _to_torch_out_transposed,)
 WRONG["check_sdpa_attention"]["dropout"] = lambda: (_sdpa_dropout_on,)
+
+# --- chapter 6: more planted mistakes ---
+# Exercise 6.1: the scale applied to the weights after the softmax (each
+# row then sums to 1 / sqrt(d_k)).
+WRONG["check_attention"]["after_softmax"] = lambda: (
+    lambda q, k, v: (lambda w: (w @ v, w))(
+        torch.softmax(q @ k.mT, dim=-1) / math.sqrt(q.size(-1))),)
