@@ -726,6 +726,57 @@ def multi_head(s: Shapes) -> Svg:
     return svg
 
 
+# --- (c2) one head's attention as matrices, chapter 6 ------------------------------------------
+
+def sdpa(s: Shapes) -> Svg:
+    """Q K^T -> scores -> scale and softmax per row -> weights times V, for one sentence
+    and one head of the running example (the last two axes of each tensor)."""
+    L, d = s.length, s.head_dim
+    desc = (
+        f"Scaled dot-product attention for one sentence and one head of the running "
+        f"example, as matrices: Q ({L} x {d}) times K transposed ({d} x {L}) gives the "
+        f"scores S ({L} x {L}), one per query and key; dividing by the square root of "
+        f"d_k = {d} and taking the softmax of each row gives the weights A ({L} x {L}), "
+        f"whose rows sum to 1; A times V ({L} x {d}) gives the output ({L} x {d}), one "
+        f"row per query. The batch axes (B, H) = ({s.batch}, {s.heads}) come along: "
+        f"every sentence and head does the same.")
+    svg = Svg(214, "Scaled dot-product attention for one head, as matrices", desc)
+    svg.text(WIDTH / 2, 24, f"One sentence, one head; the batch axes (B, H) = "
+             f"({s.batch}, {s.heads}) come along", size=15, weight="bold")
+    cell, top = 13, 52
+    mats = [  # name, note, rows, cols, fill, edge, gap after, what the gap holds
+        ("Q", "queries", L, d, ACCENT, ACCENT_EDGE, 34, "dot"),
+        ("K^{T}", "keys", d, L, GREEN, GREEN_EDGE, 56, "arrow"),
+        ("S = QK^{T}", "scores", L, L, BOX, BOX_EDGE, 150, "softmax"),
+        ("A", "rows sum to 1", L, L, HOT, HOT_EDGE, 34, "dot"),
+        ("V", "values", L, d, "#f3e8ff", "#7e22ce", 56, "arrow"),
+        ("A V", "output", L, d, ACCENT, ACCENT_EDGE, 0, None),
+    ]
+    total = sum(c * cell + g for _, _, _, c, _, _, g, _ in mats)
+    x = (WIDTH - total) / 2
+    mid = top + L * cell / 2
+    for name, note, rows, cols, fill, edge, gap, between in mats:
+        w, h = cols * cell, rows * cell
+        _grid(svg, x, mid - h / 2, rows, cols, cell, [(fill, edge)] * cols)
+        cx = x + w / 2
+        svg.text(cx, top + L * cell + 24, name, size=15, weight="bold")
+        svg.text(cx, top + L * cell + 42, f"{rows} \u00d7 {cols}", size=13, family=MONO,
+                 fill=MUTED)
+        svg.text(cx, top + L * cell + 60, note, size=12.5, fill=MUTED)
+        x += w
+        if between == "dot":
+            svg.text(x + gap / 2, mid + 6, "\u00b7", size=22, weight="bold")
+        elif between == "arrow":
+            svg.line(x + 8, mid, x + gap - 8, mid)
+        elif between == "softmax":
+            svg.line(x + 8, mid, x + gap - 8, mid, stroke=HOT_EDGE)
+            svg.text(x + gap / 2, mid - 24, "\u00f7 \u221ad_{k}, then", size=13,
+                     fill=HOT_EDGE)
+            svg.text(x + gap / 2, mid - 8, "softmax per row", size=13, fill=HOT_EDGE)
+        x += gap
+    return svg
+
+
 # --- (d) the transformer block, chapter 12 -----------------------------------------------------
 
 def block(s: Shapes) -> Svg:
@@ -1782,6 +1833,7 @@ def figures() -> dict[str, str]:
            "qkv.svg": qkv(projections()).render(),
            "heads.svg": heads_side_by_side(s).render(),
            "multi_head.svg": multi_head(s).render(),
+           "sdpa.svg": sdpa(s).render(),
            "transformer_block.svg": block(s).render(),
            "tiling.svg": tiling(online_softmax()).render(),
            "kv_cache.svg": kv_cache(cache_step()).render(),
