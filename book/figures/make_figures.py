@@ -696,8 +696,8 @@ def multi_head(s: Shapes) -> Svg:
     # as wide as the four head columns, so that every arrow leaves from it
     svg.rect(gap, 68, WIDTH - 2 * gap, 40, fill=GREEN, stroke=GREEN_EDGE)
     svg.text(cx, 87, "Q = XW^{Q},   K = XW^{K},   V = XW^{V}", size=15, weight="bold")
-    svg.text(cx, 103, f"each {fmt(s.q)}; head i takes its own {d} of the {s.d_model} columns",
-             size=13, fill=MUTED)
+    svg.text(cx, 104, f"each {fmt(s.q)}; head i takes its own {d} of the {s.d_model} columns",
+             size=13.5, fill=MUTED)
     for i in range(h):
         x = gap + i * (col_w + gap)
         mid = x + col_w / 2
@@ -705,16 +705,16 @@ def multi_head(s: Shapes) -> Svg:
         svg.rect(x, 134, col_w, 44, fill=BOX)
         svg.text(mid, 153, f"Q_{{{i}}}, K_{{{i}}}, V_{{{i}}}", size=14,
                  weight="bold")
-        svg.text(mid, 171, fmt((s.batch, s.length, d)), size=12, family=MONO, fill=MUTED)
+        svg.text(mid, 172, fmt((s.batch, s.length, d)), size=13, family=MONO, fill=MUTED)
         svg.line(mid, 178, mid, 200)
         svg.rect(x, 202, col_w, 70, fill=ACCENT, stroke=ACCENT_EDGE)
         svg.text(mid, 222, f"head {i}: attention", size=14, weight="bold")
-        svg.text(mid, 241, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221aD) V_{{{i}}}",
-                 size=12.5)
-        svg.text(mid, 262, f"weights {fmt((s.batch, s.length, s.length))}", size=11.5,
+        svg.text(mid, 242, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221aD) V_{{{i}}}",
+                 size=13.5)
+        svg.text(mid, 263, f"weights {fmt((s.batch, s.length, s.length))}", size=12.5,
                  family=MONO, fill=ACCENT_EDGE)
         svg.line(mid, 272, mid, 294)
-        svg.text(mid, 310, f"out {fmt((s.batch, s.length, d))}", size=12, family=MONO,
+        svg.text(mid, 310, f"out {fmt((s.batch, s.length, d))}", size=13, family=MONO,
                  fill=MUTED)
         svg.line(mid, 316, mid, 336)
     svg.rect(gap, 338, WIDTH - 2 * gap, 34, fill=BOX)
