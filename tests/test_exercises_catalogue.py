@@ -2753,3 +2753,10 @@ WRONG["check_masked_tiles"].update({
     "no_rescale": lambda: (lambda *a: masked_tiles_unscaled(*a, own_max=True),),
     "no_rescale/running": lambda: (lambda *a: masked_tiles_unscaled(*a, own_max=False),),
 })
+
+# --- chapter 6: more planted mistakes ---
+# Exercise 6.1: the scale applied to the weights after the softmax (each
+# row then sums to 1 / sqrt(d_k)).
+WRONG["check_attention"]["after_softmax"] = lambda: (
+    lambda q, k, v: (lambda w: (w @ v, w))(
+        torch.softmax(q @ k.mT, dim=-1) / math.sqrt(q.size(-1))),)

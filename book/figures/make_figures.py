@@ -696,8 +696,8 @@ def multi_head(s: Shapes) -> Svg:
     # as wide as the four head columns, so that every arrow leaves from it
     svg.rect(gap, 68, WIDTH - 2 * gap, 40, fill=GREEN, stroke=GREEN_EDGE)
     svg.text(cx, 87, "Q = XW^{Q},   K = XW^{K},   V = XW^{V}", size=15, weight="bold")
-    svg.text(cx, 103, f"each {fmt(s.q)}; head i takes its own {d} of the {s.d_model} columns",
-             size=13, fill=MUTED)
+    svg.text(cx, 104, f"each {fmt(s.q)}; head i takes its own {d} of the {s.d_model} columns",
+             size=13.5, fill=MUTED)
     for i in range(h):
         x = gap + i * (col_w + gap)
         mid = x + col_w / 2
@@ -705,16 +705,16 @@ def multi_head(s: Shapes) -> Svg:
         svg.rect(x, 134, col_w, 44, fill=BOX)
         svg.text(mid, 153, f"Q_{{{i}}}, K_{{{i}}}, V_{{{i}}}", size=14,
                  weight="bold")
-        svg.text(mid, 171, fmt((s.batch, s.length, d)), size=12, family=MONO, fill=MUTED)
+        svg.text(mid, 172, fmt((s.batch, s.length, d)), size=13, family=MONO, fill=MUTED)
         svg.line(mid, 178, mid, 200)
         svg.rect(x, 202, col_w, 70, fill=ACCENT, stroke=ACCENT_EDGE)
         svg.text(mid, 222, f"head {i}: attention", size=14, weight="bold")
-        svg.text(mid, 241, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221aD) V_{{{i}}}",
-                 size=12.5)
-        svg.text(mid, 262, f"weights {fmt((s.batch, s.length, s.length))}", size=11.5,
+        svg.text(mid, 242, f"softmax(Q_{{{i}}}K_{{{i}}}^{{T}}/\u221aD) V_{{{i}}}",
+                 size=13.5)
+        svg.text(mid, 263, f"weights {fmt((s.batch, s.length, s.length))}", size=12.5,
                  family=MONO, fill=ACCENT_EDGE)
         svg.line(mid, 272, mid, 294)
-        svg.text(mid, 310, f"out {fmt((s.batch, s.length, d))}", size=12, family=MONO,
+        svg.text(mid, 310, f"out {fmt((s.batch, s.length, d))}", size=13, family=MONO,
                  fill=MUTED)
         svg.line(mid, 316, mid, 336)
     svg.rect(gap, 338, WIDTH - 2 * gap, 34, fill=BOX)
@@ -723,6 +723,57 @@ def multi_head(s: Shapes) -> Svg:
     svg.rect(cx - 170, 392, 340, 52, fill=GREEN, stroke=GREEN_EDGE)
     svg.text(cx, 414, "W^{O}  (out_proj)", size=15, weight="bold")
     svg.text(cx, 434, f"output {fmt(s.output)}", size=13, family=MONO)
+    return svg
+
+
+# --- (c2) one head's attention as matrices, chapter 6 ------------------------------------------
+
+def sdpa(s: Shapes) -> Svg:
+    """Q K^T -> scores -> scale and softmax per row -> weights times V, for one sentence
+    and one head of the running example (the last two axes of each tensor)."""
+    L, d = s.length, s.head_dim
+    desc = (
+        f"Scaled dot-product attention for one sentence and one head of the running "
+        f"example, as matrices: Q ({L} x {d}) times K transposed ({d} x {L}) gives the "
+        f"scores S ({L} x {L}), one per query and key; dividing by the square root of "
+        f"d_k = {d} and taking the softmax of each row gives the weights A ({L} x {L}), "
+        f"whose rows sum to 1; A times V ({L} x {d}) gives the output ({L} x {d}), one "
+        f"row per query. The batch axes (B, H) = ({s.batch}, {s.heads}) come along: "
+        f"every sentence and head does the same.")
+    svg = Svg(214, "Scaled dot-product attention for one head, as matrices", desc)
+    svg.text(WIDTH / 2, 24, f"One sentence, one head; the batch axes (B, H) = "
+             f"({s.batch}, {s.heads}) come along", size=15, weight="bold")
+    cell, top = 13, 52
+    mats = [  # name, note, rows, cols, fill, edge, gap after, what the gap holds
+        ("Q", "queries", L, d, ACCENT, ACCENT_EDGE, 34, "dot"),
+        ("K^{T}", "keys", d, L, GREEN, GREEN_EDGE, 56, "arrow"),
+        ("S = QK^{T}", "scores", L, L, BOX, BOX_EDGE, 150, "softmax"),
+        ("A", "rows sum to 1", L, L, HOT, HOT_EDGE, 34, "dot"),
+        ("V", "values", L, d, "#f3e8ff", "#7e22ce", 56, "arrow"),
+        ("A V", "output", L, d, ACCENT, ACCENT_EDGE, 0, None),
+    ]
+    total = sum(c * cell + g for _, _, _, c, _, _, g, _ in mats)
+    x = (WIDTH - total) / 2
+    mid = top + L * cell / 2
+    for name, note, rows, cols, fill, edge, gap, between in mats:
+        w, h = cols * cell, rows * cell
+        _grid(svg, x, mid - h / 2, rows, cols, cell, [(fill, edge)] * cols)
+        cx = x + w / 2
+        svg.text(cx, top + L * cell + 24, name, size=15, weight="bold")
+        svg.text(cx, top + L * cell + 42, f"{rows} \u00d7 {cols}", size=13, family=MONO,
+                 fill=MUTED)
+        svg.text(cx, top + L * cell + 60, note, size=12.5, fill=MUTED)
+        x += w
+        if between == "dot":
+            svg.text(x + gap / 2, mid + 6, "\u00b7", size=22, weight="bold")
+        elif between == "arrow":
+            svg.line(x + 8, mid, x + gap - 8, mid)
+        elif between == "softmax":
+            svg.line(x + 8, mid, x + gap - 8, mid, stroke=HOT_EDGE)
+            svg.text(x + gap / 2, mid - 24, "\u00f7 \u221ad_{k}, then", size=13,
+                     fill=HOT_EDGE)
+            svg.text(x + gap / 2, mid - 8, "softmax per row", size=13, fill=HOT_EDGE)
+        x += gap
     return svg
 
 
@@ -1782,6 +1833,7 @@ def figures() -> dict[str, str]:
            "qkv.svg": qkv(projections()).render(),
            "heads.svg": heads_side_by_side(s).render(),
            "multi_head.svg": multi_head(s).render(),
+           "sdpa.svg": sdpa(s).render(),
            "transformer_block.svg": block(s).render(),
            "tiling.svg": tiling(online_softmax()).render(),
            "kv_cache.svg": kv_cache(cache_step()).render(),

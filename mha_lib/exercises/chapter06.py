@@ -48,6 +48,15 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weights @ v, weights
 
 
+def _attend_after_softmax(q: torch.Tensor, k: torch.Tensor,
+                          v: torch.Tensor, scale: float
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scale applied to the weights, after the softmax: rows then sum
+    to ``scale``, not 1."""
+    weights = torch.softmax(q @ k.transpose(-2, -1), dim=-1) * scale
+    return weights @ v, weights
+
+
 def _attend_swapped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys scored against queries, k @ q^T: a wrong answer that fits the
@@ -137,6 +146,9 @@ ATTENTION = catalogue(
     softmax_dim=("the softmax runs over the queries (dim=-2): each "
                  "query's weights over the keys, the last axis, must sum "
                  "to one", _SOFTMAX),
+    after_softmax=("the weights are divided by sqrt(d_k) after the "
+                   "softmax, so each row sums to 1 / sqrt(d_k), not 1: "
+                   "scale the scores, then take the softmax", _SOFTMAX),
     k_not_transposed=("k needs its last two axes swapped: q @ "
                       "k.transpose(-2, -1), (Lq, D) @ (D, Lk)", _SCORES),
     swapped_qk=("that is k @ q^T, the keys scored against the queries: "
@@ -182,6 +194,8 @@ def check_attention(
              partial(_attend, q, k, v, d ** -0.5, dim=-2)),
             (ATTENTION["swapped_qk"],
              partial(_attend_swapped, q, k, v, d ** -0.5)),
+            (ATTENTION["after_softmax"],
+             partial(_attend_after_softmax, q, k, v, d ** -0.5)),
         ]
         problem = _compare_pair(call, want, wrong)
         if problem is None:

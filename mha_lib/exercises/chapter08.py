@@ -48,8 +48,7 @@ CONCAT = catalogue(
                "transpose to (B, L, H, D)) before flattening", _CONCAT),
     view=("view cannot fuse the axes of a transposed tensor, which is "
           "not contiguous in memory: use reshape, or "
-          ".contiguous().view(...)",
-          "The wrong way: reshape without the transpose"),
+          ".contiguous().view(...)", "`view` after the transpose"),
 )
 
 
@@ -279,8 +278,7 @@ FORWARD = catalogue(
                         "transpose(1, 2)", _SPLIT_VIEW, 5),
     merge_no_transpose=("the heads are merged by reshaping (B, H, L, D) "
                         "straight to (B, L, d_model): transpose(1, 2) "
-                        "first", "The wrong way: reshape without the "
-                                 "transpose"),
+                        "first", "The way back: `merge_heads`", 5),
     no_out_proj=("out_proj is missing: the merged heads go through "
                  "layers['out_proj']", "The output projection"),
     scale_d_model=("the scores are divided by sqrt(d_model): a head's dot "

@@ -361,8 +361,7 @@ SDPA = catalogue(
                       "Why divide by $\\sqrt{d_k}$", 6),
     no_transpose=("the heads were merged without moving the head axis "
                   "back: merge_heads (or transpose(1, 2) before the "
-                  "reshape)", "The wrong way: reshape without the "
-                              "transpose", 8),
+                  "reshape)", "The way back: `merge_heads`", 5),
     one_head=("the heads were never split: the kernel on (B, L, d_model) "
               "is attention with one head of width d_model; split_heads "
               "before the kernel, merge_heads after",
