@@ -2760,3 +2760,43 @@ WRONG["check_masked_tiles"].update({
 WRONG["check_attention"]["after_softmax"] = lambda: (
     lambda q, k, v: (lambda w: (w @ v, w))(
         torch.softmax(q @ k.mT, dim=-1) / math.sqrt(q.size(-1))),)
+
+# --- chapter 11: more planted mistakes ---
+# Exercise 11.3: the kernel's dropout_p = m.dropout also in eval mode;
+# a finite fill (-1e9) for the blocked scores, so a query with no key
+# gets the average of all values.
+
+def _sdpa_dropout_always(m, x, mask=None):
+    q, k, v = (split_heads(p(x), m.num_heads)
+               for p in (m.q_proj, m.k_proj, m.v_proj))
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                           dropout_p=m.dropout)
+    return m.out_proj(merge_heads(heads))
+
+
+def _sdpa_finite_fill(m, x, mask=None):
+    q, k, v = (split_heads(p(x), m.num_heads)
+               for p in (m.q_proj, m.k_proj, m.v_proj))
+    if mask is not None:
+        mask = torch.zeros(mask.shape).masked_fill(~mask, -1e9)
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return m.out_proj(merge_heads(heads))
+
+
+WRONG["check_sdpa_attention"]["dropout_in_eval"] = lambda: (
+    _sdpa_dropout_always,)
+WRONG["check_sdpa_attention"]["finite_fill"] = lambda: (_sdpa_finite_fill,)
+
+# --- chapter 10: more planted mistakes ---
+# Exercise 10.2: the causal mask transposed (the past blocked);
+# Exercise 10.3: the factor n_head forgotten (one head's sizes), with or
+# without fc's n_head * d_v inputs.
+
+WRONG["check_einops_mask"]["causal_transposed"] = lambda: (
+    lambda n, length: ~(padding_mask(n, length)[:, 0]
+                        & causal_mask(length).T),)
+WRONG["check_einsum_num_parameters"]["one_head"] = lambda: (
+    lambda h, d, dk, dv: (d + 1) * (2 * dk + dv) + (dv + 1) * d + 2 * d,)
+WRONG["check_einsum_num_parameters"]["one_head/fc_heads"] = lambda: (
+    lambda h, d, dk, dv: (d + 1) * (2 * dk + dv) + (h * dv + 1) * d
+    + 2 * d,)

@@ -156,6 +156,10 @@ EINOPS_MASK = catalogue(
     diagonal_blocked=("the diagonal is blocked too (triu(0)?): a token may "
                       "attend to itself; only keys after it are the "
                       "future", _INVERTED),
+    causal_transposed=("the causal mask is transposed: it blocks the "
+                       "past (keys before the query) instead of the "
+                       "future; causal_mask(L)[i, j] is True for j <= i, "
+                       "row i a query, column j a key", _INVERTED),
     head_axis=("the class shares one (B, L, L) mask between the heads: "
                "drop the head axis of padding_mask", _INVERTED),
     not_from_library=("the exercise builds the mask from the library's "
@@ -203,6 +207,7 @@ def check_einops_mask(
                 (EINOPS_MASK["blocked_only_if_both"], ~pad & ~causal),
                 (EINOPS_MASK["diagonal_blocked"],
                  ~allowed | torch.eye(length, dtype=torch.bool)),
+                (EINOPS_MASK["causal_transposed"], ~(pad & causal.T)),
                 (EINOPS_MASK["head_axis"], ~allowed[:, None]),
                 (EINOPS_MASK["head_axis"], allowed[:, None]),
             ])
@@ -242,6 +247,9 @@ EINSUM_PARAMETERS = catalogue(
     d_k_d_v_swapped=("d_k and d_v are swapped: queries and keys have "
                      "n_head * d_k features, values n_head * d_v",
                      "The running example and the module"),
+    one_head=("the factor n_head is missing: w_qs and w_ks have "
+              "n_head * d_k outputs, w_vs n_head * d_v, and fc takes "
+              "n_head * d_v inputs", "The running example and the module"),
     square_fc=("fc maps the n_head * d_v features of the heads back to "
                "d_model; it is not d_model x d_model", _PARTS),
     values_d_k=("the values are counted with d_k: v_proj maps d_model to "
@@ -268,10 +276,11 @@ def _einsum_num_parameters(
 
 def _wrong_counts(n_head: int, d_model: int, d_k: int, d_v: int) -> list:
     def count(k: int, v: int, bias: bool = True, norm: int = 2,
-              fc_in: int | None = None, in_bias: bool = True) -> int:
-        return (2 * _linear(d_model, n_head * k, bias and in_bias)
-                + _linear(d_model, n_head * v, bias and in_bias)
-                + _linear(fc_in or n_head * v, d_model, bias)
+              fc_in: int | None = None, in_bias: bool = True,
+              heads: int = n_head) -> int:
+        return (2 * _linear(d_model, heads * k, bias and in_bias)
+                + _linear(d_model, heads * v, bias and in_bias)
+                + _linear(fc_in or heads * v, d_model, bias)
                 + norm * d_model)
 
     square = 4 * _linear(d_model, d_model) + 2 * d_model  # chapter 8's
@@ -286,6 +295,9 @@ def _wrong_counts(n_head: int, d_model: int, d_k: int, d_v: int) -> list:
              count(d_k, d_v, fc_in=n_head * d_k)),
             (EINSUM_PARAMETERS["no_biases"], count(d_k, d_v, bias=False)),
             (EINSUM_PARAMETERS["d_k_d_v_swapped"], count(d_v, d_k)),
+            (EINSUM_PARAMETERS["one_head"], count(d_k, d_v, heads=1)),
+            (EINSUM_PARAMETERS["one_head"],
+             count(d_k, d_v, heads=1, fc_in=n_head * d_v)),
             (EINSUM_PARAMETERS["square_fc"],
              count(d_k, d_v, fc_in=d_model)),
             (EINSUM_PARAMETERS["values_d_k"], count(d_k, d_k)),

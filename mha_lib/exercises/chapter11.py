@@ -380,6 +380,16 @@ SDPA = catalogue(
     dropout=("dropout_p is not 0, but m has no dropout (m.dropout is "
              "0.0), and the kernel has no eval mode: pass dropout_p="
              "m.dropout if m.training else 0.0", _FUNCTIONAL),
+    dropout_in_eval=("dropout_p is not 0 for a module in eval mode: the "
+                     "kernel has no eval mode and drops weights whenever "
+                     "dropout_p > 0; pass dropout_p=m.dropout if "
+                     "m.training else 0.0", _FUNCTIONAL),
+    finite_fill=("a query with no key to attend gets the average of all "
+                 "values: a finite fill (-1e9, say) for the blocked "
+                 "scores leaves that row's scores all equal, so the "
+                 "softmax spreads it uniformly; zero those rows, as m "
+                 "does", "Where PyTorch differs: a query with "
+                         "nothing to attend to"),
     no_gradient=("the gradients of m's weights differ from the module's: "
                  "no .detach(), .data or torch.no_grad() on the way",
                  _FUNCTIONAL),
@@ -424,6 +434,8 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
             mask = mask.float()
         elif how == "mask_ignored":
             mask = None
+        elif how == "finite_fill":  # -1e9 where blocked: uniform rows
+            mask = torch.zeros(mask.shape).masked_fill(~mask, -1e9)
         heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                scale=scale)
         if how in ("no_transpose", "view_split", "one_head"):
@@ -499,7 +511,8 @@ def check_sdpa_attention(
                 wrong.append((SDPA["one_head"], "one_head"))
             if mask is not None:
                 wrong += [(SDPA[how], how) for how in
-                          ("inverted", "float_mask", "mask_ignored")]
+                          ("inverted", "float_mask", "mask_ignored",
+                           "finite_fill")]
             problem = check_tensor(
                 f"{call.label} (d_model={d_model}, num_heads={num_heads})",
                 given, want.detach(), axes="(B, L, d_model)",
@@ -516,5 +529,21 @@ def check_sdpa_attention(
             if any(g is None or not torch.allclose(g, w, atol=1e-4)
                    for g, w in zip(got, grads, strict=True)):
                 return SDPA["no_gradient"].verdict(call.label)
+    with torch.random.fork_rng():  # a module with dropout, in eval mode
+        torch.manual_seed(8)
+        m = MultiHeadAttention(8, 4, dropout=0.5).eval()
+    x = torch.randn(3, 6, 8, generator=generator)
+    call = attempt(fn, m, x, causal_mask(6),
+                   shown="m (dropout 0.5, eval mode), x, causal",
+                   explain=_explain_sdpa)
+    if call.verdict is not None:
+        return call.verdict
+    if _dropout_p(call.record) > 0:
+        return SDPA["dropout_in_eval"].verdict(call.label)
+    problem = check_tensor(
+        f"{call.label} (dropout 0.5, eval mode)", call.value,
+        m(x, mask=causal_mask(6))[0].detach(), axes="(B, L, d_model)")
+    if problem is not None:
+        return problem
     return Verdict(
         True, "the fused kernel takes the library's bool mask as it is")
