@@ -738,7 +738,7 @@ RIGHT = {
     "check_onehot_embedding": [
         lambda: (lambda ids, w: F.one_hot(ids, num_classes=w.size(0)).to(w.dtype) @ w,),
         lambda: (lambda ids, w: torch.einsum(
-            "...v,vd->...d", F.one_hot(ids, w.shape[0]).float(), w),),
+            "...v,vd->...d", F.one_hot(ids, w.shape[0]).to(w), w),),
     ],
     "check_padding_embedding": [
         lambda: (lambda e: (e, e(encode([*SENTENCES, "What is next?"], STOI,
@@ -2800,3 +2800,9 @@ WRONG["check_einsum_num_parameters"]["one_head"] = lambda: (
 WRONG["check_einsum_num_parameters"]["one_head/fc_heads"] = lambda: (
     lambda h, d, dk, dv: (d + 1) * (2 * dk + dv) + (h * dv + 1) * d
     + 2 * d,)
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.1: the one-hot cast with .float(), not to the table's dtype
+# (the float64 table of the last case).
+WRONG["check_onehot_embedding"]["not_cast/float32"] = lambda: (
+    lambda ids, w: F.one_hot(ids, w.size(0)).float() @ w,)

@@ -445,10 +445,11 @@ def soft_lookup(c: Lookup) -> Svg:
         svg.rect(cols["key"] - 50, y - 18, 100, 36)
         svg.text(cols["key"], y + 5, _vec(k), size=14, family=MONO)
         svg.text(cols["score"], y + 5, f"{score:g}", size=15, family=MONO)
-        bar = 110 * weight
-        svg.rect(cols["weight"], y - 12, max(bar, 2), 24, fill=ACCENT, stroke=ACCENT_EDGE,
-                 rx=2)
-        svg.text(cols["weight"] + max(bar, 2) + 6, y + 5, f"{weight:.3f}", size=14,
+        # a track of full length 1 behind a solid bar, so small weights still show
+        svg.rect(cols["weight"], y - 12, 110, 24, fill=BOX, stroke=BOX_EDGE, rx=2)
+        svg.rect(cols["weight"], y - 12, max(110 * weight, 3), 24, fill=ACCENT_EDGE,
+                 stroke=ACCENT_EDGE, rx=2)
+        svg.text(cols["weight"] + 116, y + 5, f"{weight:.3f}", size=14,
                  anchor="start", family=MONO)
         svg.rect(cols["value"] - 50, y - 18, 100, 36, fill=GREEN, stroke=GREEN_EDGE)
         svg.text(cols["value"], y + 5, _vec(v), size=14, family=MONO)

@@ -97,7 +97,8 @@ def _explain_onehot(error: BaseException, record,
            if a is not weight) and record.used(F.one_hot):
         return ONEHOT["transposed"]
     text = str(error)
-    if record.used(F.one_hot) and ("dtype" in text or "Long" in text):
+    if record.used(F.one_hot) and any(
+            word in text for word in ("dtype", "Long", "scalar type")):
         return ONEHOT["not_cast"]
     return None
 
@@ -110,16 +111,20 @@ def check_onehot_embedding(
     ``weight``."""
     generator = torch.Generator().manual_seed(2)
     # the first case never uses the last rows, so a one-hot without
-    # num_classes is too narrow
-    for shape, vocab_size, d_model, top in (((3, 6), 14, 8, 10),
-                                            ((2, 5), 30, 4, 30),
-                                            ((7,), 5, 3, 5),
-                                            ((2, 2, 3), 9, 5, 9)):
+    # num_classes is too narrow; the last table is float64, so a one-hot
+    # cast with .float() instead of to weight's dtype fails there
+    for shape, vocab_size, d_model, top, dtype in (
+            ((3, 6), 14, 8, 10, torch.float32),
+            ((2, 5), 30, 4, 30, torch.float32),
+            ((7,), 5, 3, 5, torch.float32),
+            ((2, 2, 3), 9, 5, 9, torch.float32),
+            ((2, 4), 6, 3, 6, torch.float64)):
         ids = torch.randint(top, shape, generator=generator)
         weight = torch.randn(vocab_size, d_model, generator=generator,
-                             requires_grad=True)
+                             dtype=dtype, requires_grad=True)
         call = attempt(fn, ids, weight, shown=f"ids {tuple(shape)}, "
-                       f"weight {(vocab_size, d_model)}",
+                       f"weight {(vocab_size, d_model)} "
+                       f"{str(dtype).removeprefix('torch.')}",
                        explain=lambda error, record, w=weight:
                        _explain_onehot(error, record, w))
         if call.verdict is not None:
