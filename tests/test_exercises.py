@@ -60,7 +60,7 @@ def test_chapter_2_checkers():
     )
 
     F = torch.nn.functional
-    assert check_onehot_embedding(lambda ids, w: F.one_hot(ids, len(w)).float() @ w)
+    assert check_onehot_embedding(lambda ids, w: F.one_hot(ids, len(w)).to(w) @ w)
     assert not check_onehot_embedding(lambda ids, w: F.one_hot(ids, len(w)).float() @ w + 1)
     looked_up = check_onehot_embedding(lambda ids, w: F.embedding(ids, w))
     assert not looked_up and "indexing" in looked_up.message  # the stated constraint
