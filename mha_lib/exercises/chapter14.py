@@ -84,8 +84,9 @@ EXPAND = catalogue(
     "check_expand_kv", 14,
     tiled=("that tiles the heads (0, 1, 0, 1, ...); query heads 0 and 1 "
            "must share key/value head 0 (0, 0, 1, 1, ...)", _GQA),
-    repeat_interleave=("the exercise builds it without repeat_interleave:"
-                       " unsqueeze, expand, reshape", _GQA),
+    repeat_interleave=("right values; now build them without "
+                       "repeat_interleave: unsqueeze, expand, reshape",
+                       _GQA),
     indexed=("right values, but picked by indexing the head axis with "
              "head numbers, as the step-by-step function does; the "
              "exercise is the other construction, Hugging Face's "
