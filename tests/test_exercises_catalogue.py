@@ -2652,3 +2652,27 @@ def _sdpa_dropout_on(m, x, mask=None):
 WRONG["check_to_torch"]["out_proj_transposed"] = lambda: (
     _to_torch_out_transposed,)
 WRONG["check_sdpa_attention"]["dropout"] = lambda: (_sdpa_dropout_on,)
+
+# --- chapter 12: more planted mistakes ---
+# Exercise 12.1: the FFN's biases counted as d_ff twice, or as d_model
+# twice.
+WRONG["check_block_params"].update({
+    "ffn_bias_sizes": lambda: (lambda d, f: block_params(d, f) + f - d,),
+    "ffn_bias_sizes/d_model": lambda: (
+        lambda d, f: block_params(d, f) - f + d,),
+})
+
+# --- chapter 15: more planted mistakes ---
+# Exercise 15.2: a softmax before F.cross_entropy; Exercise 15.4: the
+# layer counted from 1 (the head from 0, or from 1 too).
+WRONG["check_answer_loss"]["softmax_first"] = lambda: (
+    lambda lg, s: F.cross_entropy(lg[:, N:].softmax(-1).flatten(0, 1),
+                                  s[:, N + 1:].flatten()),)
+WRONG["check_find_induction_head"].update({
+    "one_based": lambda: (
+        lambda w, k: (lambda lh: (lh[0] + 1, lh[1]))(
+            best(head_score(w, k))),),
+    "one_based/both": lambda: (
+        lambda w, k: (lambda lh: (lh[0] + 1, lh[1] + 1))(
+            best(head_score(w, k))),),
+})

@@ -119,6 +119,11 @@ LOSS = catalogue(
                     f"{N} answer tokens, seq[:, {N + 1}:]", _LOOP),
     summed=("that is the sum; the loss is the mean over the answer "
             "tokens (cross_entropy's default)", _LOOP),
+    softmax_first=("F.cross_entropy takes raw logits and applies "
+                   "log_softmax itself: a softmax before it turns the "
+                   "logits into probabilities, which it then softmaxes "
+                   "again; pass the logits as they are",
+                   _LOOP),
     nll_on_logits=("F.nll_loss expects log-probabilities, and these are "
                    "raw logits: use F.cross_entropy, which applies "
                    "log_softmax itself (or log_softmax them first)", _LOOP),
@@ -173,6 +178,9 @@ def check_answer_loss(
                                                       N)),
         (LOSS["summed"], lambda: _answer_loss(logits, seq,
                                               reduction="sum")),
+        (LOSS["softmax_first"], lambda: F.cross_entropy(
+            logits[:, N:].softmax(-1).reshape(-1, vocab),
+            seq[:, N + 1:].reshape(-1))),
         (LOSS["nll_on_logits"], lambda: F.nll_loss(
             logits[:, N:].reshape(-1, vocab), seq[:, N + 1:].reshape(-1))),
     ])
@@ -323,6 +331,9 @@ INDUCTION = catalogue(
           _INDUCTION),
     swapped=("the pair is (layer, head), in that order: divmod(index, H) "
              "of the flattened (layers, H) scores", _INDUCTION),
+    one_based=("the layer index is off by one: model.blocks and the "
+               "weights' first axis count from 0, so the second layer is "
+               "layer 1", _INDUCTION),
     random_head=("that head's weights are random: score each head by its "
                  "weight on key t - k + 1 over the queries of the second "
                  "copy", _INDUCTION),
@@ -357,8 +368,12 @@ def check_find_induction_head(
         if given is None or len(given) != 2:
             return Verdict(False, f"{call.label} should return a pair "
                                   f"(layer, head), got {call.value!r}")
+        one_based = (induction[0] + 1, induction[1])
         for mistake, head in (("previous_token", previous), ("twin", twin),
-                              ("swapped", induction[::-1])):
+                              ("swapped", induction[::-1]),
+                              ("one_based", one_based),
+                              ("one_based", (one_based[0],
+                                             one_based[1] + 1))):
             if given == head and given != induction:
                 return INDUCTION[mistake].verdict(f"{call.label} = {given}")
         if given != induction:
