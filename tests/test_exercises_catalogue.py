@@ -2676,3 +2676,25 @@ WRONG["check_find_induction_head"].update({
         lambda w, k: (lambda lh: (lh[0] + 1, lh[1] + 1))(
             best(head_score(w, k))),),
 })
+
+
+def _remove_head_also(model, head, how):
+    """Exercise 15.3's classic slips the planted remove_head lacks."""
+    with torch.no_grad():
+        for block in model.blocks:
+            d = block.attn.head_dim
+            part = slice(head * d, (head + 1) * d)
+            if how == "query_weight":  # q_proj's rows, its bias left
+                block.attn.q_proj.weight[part] = 0.0
+            else:  # the right columns, and the shared out_proj.bias
+                block.attn.out_proj.weight[:, part] = 0.0
+                block.attn.out_proj.bias.zero_()
+
+
+# Exercise 15.3: only q_proj's weight rows zeroed; out_proj.bias zeroed
+# with the head's columns.
+WRONG["check_remove_head"].update({
+    "query_rows/weights_only": lambda: (
+        lambda m, h: _remove_head_also(m, h, "query_weight"),),
+    "out_bias": lambda: (lambda m, h: _remove_head_also(m, h, "bias"),),
+})

@@ -208,9 +208,13 @@ REMOVE = catalogue(
                   "it was)", _ABLATIONS),
     first_block=("only one block lost the head: silence it in every block "
                  "of model.blocks", _ABLATIONS),
-    query_rows=("zeroing the head's query projection makes it attend "
-                "evenly, but it still writes its values: zero its columns "
-                "of out_proj.weight", _ABLATIONS),
+    query_rows=("zeroing the head's query projection only changes where "
+                "it looks (evenly, or by q_proj.bias alone), and it still "
+                "writes its values: zero its columns of out_proj.weight",
+                _ABLATIONS),
+    out_bias=("out_proj.bias belongs to no head (it is added once, after "
+              "the heads' terms are summed): leave it, and zero only the "
+              "head's columns of out_proj.weight", _ABLATIONS),
     value_bias=("zeroing the head's rows of v_proj.weight leaves its "
                 "value bias: the head still writes v_proj.bias (its "
                 "weights sum to 1); zero its columns of out_proj.weight",
@@ -238,6 +242,11 @@ def _silenced(model: TinyTransformer, head: int, where: str,
                 block.attn.out_proj.weight[part] = 0.0
             elif where == "values":
                 block.attn.v_proj.weight[part] = 0.0
+            elif where == "columns_and_bias":
+                block.attn.out_proj.weight[:, part] = 0.0
+                block.attn.out_proj.bias.zero_()
+            elif where == "query_weight":
+                block.attn.q_proj.weight[part] = 0.0
             else:
                 block.attn.q_proj.weight[part] = 0.0
                 block.attn.q_proj.bias[part] = 0.0
@@ -284,6 +293,8 @@ def check_remove_head(
                 (REMOVE["first_block"],
                  partial(logits, "columns", slice(1, 2))),
                 (REMOVE["query_rows"], partial(logits, "query")),
+                (REMOVE["query_rows"], partial(logits, "query_weight")),
+                (REMOVE["out_bias"], partial(logits, "columns_and_bias")),
                 (REMOVE["value_bias"], partial(logits, "values")),
             ])
         if problem is not None:
