@@ -2698,3 +2698,7 @@ WRONG["check_remove_head"].update({
         lambda m, h: _remove_head_also(m, h, "query_weight"),),
     "out_bias": lambda: (lambda m, h: _remove_head_also(m, h, "bias"),),
 })
+
+# Exercise 15.4: every sequence scored with the first sequence's k.
+WRONG["check_find_induction_head"]["first_k"] = lambda: (
+    lambda w, k: best(head_score(w, k[:1])),)

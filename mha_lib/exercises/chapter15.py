@@ -311,7 +311,8 @@ def _planted_weights(generator: torch.Generator, roles: dict,
     heads in ``roles`` ({(layer, head): offset}) whose queries in the
     second copy put most weight on key ``t - k + offset`` (1: induction,
     0: the earlier twin itself) or, for offset None, on the previous
-    token."""
+    token; offset "first": induction with the first sequence's k in every
+    sequence."""
     batch = k.size(0)
     scores = torch.randn(num_layers, batch, num_heads, length, length,
                          generator=generator)
@@ -319,6 +320,11 @@ def _planted_weights(generator: torch.Generator, roles: dict,
     for (layer, head), offset in roles.items():
         if offset is None:
             target = (q - 1).clamp(min=0).expand(batch, length)  # (B, L)
+        elif offset == "first":
+            k0 = k[:1]  # (1, 1): the first sequence's k, for every one
+            second = (q >= k0) & (q < 2 * k0 - 1)  # (1, L)
+            target = torch.where(second, q - k0 + 1, torch.zeros_like(q))
+            target = target.expand(batch, length)  # (B, L)
         else:
             second = (q >= k) & (q < 2 * k - 1)  # (B, L)
             target = torch.where(second, q - k + offset,
@@ -342,6 +348,9 @@ INDUCTION = catalogue(
           _INDUCTION),
     swapped=("the pair is (layer, head), in that order: divmod(index, H) "
              "of the flattened (layers, H) scores", _INDUCTION),
+    first_k=("that head looks back by the first sequence's k in every "
+             "sequence: k is (B, 1), one k per sequence; score the "
+             "queries of sequence b with k[b]", _INDUCTION),
     one_based=("the layer index is off by one: model.blocks and the "
                "weights' first axis count from 0, so the second layer is "
                "layer 1", _INDUCTION),
@@ -360,12 +369,12 @@ def check_find_induction_head(
     first ``k`` tokens repeat once (``k`` is ``(B, 1)``)."""
     generator = torch.Generator().manual_seed(154)
     length = 23
-    for num_layers, num_heads, induction, previous, twin in (
-            (2, 3, (1, 2), (0, 1), (1, 0)),
-            (3, 2, (2, 0), (1, 1), (0, 0)),
-            (2, 4, (1, 1), (0, 3), (1, 3))):
+    for num_layers, num_heads, induction, previous, twin, first in (
+            (2, 3, (1, 2), (0, 1), (1, 0), (0, 2)),
+            (3, 2, (2, 0), (1, 1), (0, 0), (0, 1)),
+            (2, 4, (1, 1), (0, 3), (1, 3), (0, 1))):
         k = torch.randint(6, 12, (40, 1), generator=generator)
-        roles = {induction: 1, previous: None, twin: 0}
+        roles = {induction: 1, previous: None, twin: 0, first: "first"}
         weights = _planted_weights(generator, roles, num_layers, num_heads,
                                    k, length)
         call = attempt(fn, weights, k, shown=f"weights "
@@ -382,6 +391,7 @@ def check_find_induction_head(
         one_based = (induction[0] + 1, induction[1])
         for mistake, head in (("previous_token", previous), ("twin", twin),
                               ("swapped", induction[::-1]),
+                              ("first_k", first),
                               ("one_based", one_based),
                               ("one_based", (one_based[0],
                                              one_based[1] + 1))):
