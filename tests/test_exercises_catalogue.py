@@ -2806,3 +2806,53 @@ WRONG["check_einsum_num_parameters"]["one_head/fc_heads"] = lambda: (
 # (the float64 table of the last case).
 WRONG["check_onehot_embedding"]["not_cast/float32"] = lambda: (
     lambda ids, w: F.one_hot(ids, w.size(0)).float() @ w,)
+
+# --- chapter 12: more planted mistakes ---
+# Exercise 12.1: the FFN's biases counted as d_ff twice, or as d_model
+# twice.
+WRONG["check_block_params"].update({
+    "ffn_bias_sizes": lambda: (lambda d, f: block_params(d, f) + f - d,),
+    "ffn_bias_sizes/d_model": lambda: (
+        lambda d, f: block_params(d, f) - f + d,),
+})
+
+# --- chapter 15: more planted mistakes ---
+# Exercise 15.2: a softmax before F.cross_entropy; Exercise 15.4: the
+# layer counted from 1 (the head from 0, or from 1 too).
+WRONG["check_answer_loss"]["softmax_first"] = lambda: (
+    lambda lg, s: F.cross_entropy(lg[:, N:].softmax(-1).flatten(0, 1),
+                                  s[:, N + 1:].flatten()),)
+WRONG["check_find_induction_head"].update({
+    "one_based": lambda: (
+        lambda w, k: (lambda lh: (lh[0] + 1, lh[1]))(
+            best(head_score(w, k))),),
+    "one_based/both": lambda: (
+        lambda w, k: (lambda lh: (lh[0] + 1, lh[1] + 1))(
+            best(head_score(w, k))),),
+})
+
+
+def _remove_head_also(model, head, how):
+    """Exercise 15.3's classic slips the planted remove_head lacks."""
+    with torch.no_grad():
+        for block in model.blocks:
+            d = block.attn.head_dim
+            part = slice(head * d, (head + 1) * d)
+            if how == "query_weight":  # q_proj's rows, its bias left
+                block.attn.q_proj.weight[part] = 0.0
+            else:  # the right columns, and the shared out_proj.bias
+                block.attn.out_proj.weight[:, part] = 0.0
+                block.attn.out_proj.bias.zero_()
+
+
+# Exercise 15.3: only q_proj's weight rows zeroed; out_proj.bias zeroed
+# with the head's columns.
+WRONG["check_remove_head"].update({
+    "query_rows/weights_only": lambda: (
+        lambda m, h: _remove_head_also(m, h, "query_weight"),),
+    "out_bias": lambda: (lambda m, h: _remove_head_also(m, h, "bias"),),
+})
+
+# Exercise 15.4: every sequence scored with the first sequence's k.
+WRONG["check_find_induction_head"]["first_k"] = lambda: (
+    lambda w, k: best(head_score(w, k[:1])),)

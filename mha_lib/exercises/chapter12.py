@@ -46,6 +46,10 @@ PARAMS = catalogue(
     four_d_model=("this counts the FFN with 4 d_model hidden units: use "
                   "d_ff, the argument (4 d_model is only the usual "
                   "choice)", "The feed-forward network"),
+    ffn_bias_sizes=("the FFN's biases are miscounted: each layer has one "
+                    "bias per output, d_ff for linear1 (d_model -> d_ff) "
+                    "and d_model for linear2 (d_ff -> d_model)",
+                    "The feed-forward network"),
 )
 
 
@@ -64,7 +68,9 @@ def _wrong_counts(d: int, d_ff: int) -> list:
             (PARAMS["one_norm"], right - 2 * d),
             (PARAMS["no_biases"], right - 5 * d - d_ff),
             (PARAMS["no_output_projection"], right - d * d - d),
-            (PARAMS["four_d_model"], _count(d, 4 * d))]
+            (PARAMS["four_d_model"], _count(d, 4 * d)),
+            (PARAMS["ffn_bias_sizes"], right + d_ff - d),  # 2 d_ff
+            (PARAMS["ffn_bias_sizes"], right - d_ff + d)]  # 2 d_model
 
 
 def check_block_params(fn: Callable[[int, int], int]) -> Verdict:

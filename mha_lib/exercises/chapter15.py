@@ -119,6 +119,11 @@ LOSS = catalogue(
                     f"{N} answer tokens, seq[:, {N + 1}:]", _LOOP),
     summed=("that is the sum; the loss is the mean over the answer "
             "tokens (cross_entropy's default)", _LOOP),
+    softmax_first=("F.cross_entropy takes raw logits and applies "
+                   "log_softmax itself: a softmax before it turns the "
+                   "logits into probabilities, which it then softmaxes "
+                   "again; pass the logits as they are",
+                   _LOOP),
     nll_on_logits=("F.nll_loss expects log-probabilities, and these are "
                    "raw logits: use F.cross_entropy, which applies "
                    "log_softmax itself (or log_softmax them first)", _LOOP),
@@ -173,6 +178,9 @@ def check_answer_loss(
                                                       N)),
         (LOSS["summed"], lambda: _answer_loss(logits, seq,
                                               reduction="sum")),
+        (LOSS["softmax_first"], lambda: F.cross_entropy(
+            logits[:, N:].softmax(-1).reshape(-1, vocab),
+            seq[:, N + 1:].reshape(-1))),
         (LOSS["nll_on_logits"], lambda: F.nll_loss(
             logits[:, N:].reshape(-1, vocab), seq[:, N + 1:].reshape(-1))),
     ])
@@ -200,9 +208,13 @@ REMOVE = catalogue(
                   "it was)", _ABLATIONS),
     first_block=("only one block lost the head: silence it in every block "
                  "of model.blocks", _ABLATIONS),
-    query_rows=("zeroing the head's query projection makes it attend "
-                "evenly, but it still writes its values: zero its columns "
-                "of out_proj.weight", _ABLATIONS),
+    query_rows=("zeroing the head's query projection only changes where "
+                "it looks (evenly, or by q_proj.bias alone), and it still "
+                "writes its values: zero its columns of out_proj.weight",
+                _ABLATIONS),
+    out_bias=("out_proj.bias belongs to no head (it is added once, after "
+              "the heads' terms are summed): leave it, and zero only the "
+              "head's columns of out_proj.weight", _ABLATIONS),
     value_bias=("zeroing the head's rows of v_proj.weight leaves its "
                 "value bias: the head still writes v_proj.bias (its "
                 "weights sum to 1); zero its columns of out_proj.weight",
@@ -230,6 +242,11 @@ def _silenced(model: TinyTransformer, head: int, where: str,
                 block.attn.out_proj.weight[part] = 0.0
             elif where == "values":
                 block.attn.v_proj.weight[part] = 0.0
+            elif where == "columns_and_bias":
+                block.attn.out_proj.weight[:, part] = 0.0
+                block.attn.out_proj.bias.zero_()
+            elif where == "query_weight":
+                block.attn.q_proj.weight[part] = 0.0
             else:
                 block.attn.q_proj.weight[part] = 0.0
                 block.attn.q_proj.bias[part] = 0.0
@@ -276,6 +293,8 @@ def check_remove_head(
                 (REMOVE["first_block"],
                  partial(logits, "columns", slice(1, 2))),
                 (REMOVE["query_rows"], partial(logits, "query")),
+                (REMOVE["query_rows"], partial(logits, "query_weight")),
+                (REMOVE["out_bias"], partial(logits, "columns_and_bias")),
                 (REMOVE["value_bias"], partial(logits, "values")),
             ])
         if problem is not None:
@@ -292,7 +311,8 @@ def _planted_weights(generator: torch.Generator, roles: dict,
     heads in ``roles`` ({(layer, head): offset}) whose queries in the
     second copy put most weight on key ``t - k + offset`` (1: induction,
     0: the earlier twin itself) or, for offset None, on the previous
-    token."""
+    token; offset "first": induction with the first sequence's k in every
+    sequence."""
     batch = k.size(0)
     scores = torch.randn(num_layers, batch, num_heads, length, length,
                          generator=generator)
@@ -300,6 +320,11 @@ def _planted_weights(generator: torch.Generator, roles: dict,
     for (layer, head), offset in roles.items():
         if offset is None:
             target = (q - 1).clamp(min=0).expand(batch, length)  # (B, L)
+        elif offset == "first":
+            k0 = k[:1]  # (1, 1): the first sequence's k, for every one
+            second = (q >= k0) & (q < 2 * k0 - 1)  # (1, L)
+            target = torch.where(second, q - k0 + 1, torch.zeros_like(q))
+            target = target.expand(batch, length)  # (B, L)
         else:
             second = (q >= k) & (q < 2 * k - 1)  # (B, L)
             target = torch.where(second, q - k + offset,
@@ -323,6 +348,12 @@ INDUCTION = catalogue(
           _INDUCTION),
     swapped=("the pair is (layer, head), in that order: divmod(index, H) "
              "of the flattened (layers, H) scores", _INDUCTION),
+    first_k=("that head looks back by the first sequence's k in every "
+             "sequence: k is (B, 1), one k per sequence; score the "
+             "queries of sequence b with k[b]", _INDUCTION),
+    one_based=("the layer index is off by one: model.blocks and the "
+               "weights' first axis count from 0, so the second layer is "
+               "layer 1", _INDUCTION),
     random_head=("that head's weights are random: score each head by its "
                  "weight on key t - k + 1 over the queries of the second "
                  "copy", _INDUCTION),
@@ -338,12 +369,12 @@ def check_find_induction_head(
     first ``k`` tokens repeat once (``k`` is ``(B, 1)``)."""
     generator = torch.Generator().manual_seed(154)
     length = 23
-    for num_layers, num_heads, induction, previous, twin in (
-            (2, 3, (1, 2), (0, 1), (1, 0)),
-            (3, 2, (2, 0), (1, 1), (0, 0)),
-            (2, 4, (1, 1), (0, 3), (1, 3))):
+    for num_layers, num_heads, induction, previous, twin, first in (
+            (2, 3, (1, 2), (0, 1), (1, 0), (0, 2)),
+            (3, 2, (2, 0), (1, 1), (0, 0), (0, 1)),
+            (2, 4, (1, 1), (0, 3), (1, 3), (0, 1))):
         k = torch.randint(6, 12, (40, 1), generator=generator)
-        roles = {induction: 1, previous: None, twin: 0}
+        roles = {induction: 1, previous: None, twin: 0, first: "first"}
         weights = _planted_weights(generator, roles, num_layers, num_heads,
                                    k, length)
         call = attempt(fn, weights, k, shown=f"weights "
@@ -357,8 +388,13 @@ def check_find_induction_head(
         if given is None or len(given) != 2:
             return Verdict(False, f"{call.label} should return a pair "
                                   f"(layer, head), got {call.value!r}")
+        one_based = (induction[0] + 1, induction[1])
         for mistake, head in (("previous_token", previous), ("twin", twin),
-                              ("swapped", induction[::-1])):
+                              ("swapped", induction[::-1]),
+                              ("first_k", first),
+                              ("one_based", one_based),
+                              ("one_based", (one_based[0],
+                                             one_based[1] + 1))):
             if given == head and given != induction:
                 return INDUCTION[mistake].verdict(f"{call.label} = {given}")
         if given != induction:
