@@ -2856,3 +2856,17 @@ WRONG["check_remove_head"].update({
 # Exercise 15.4: every sequence scored with the first sequence's k.
 WRONG["check_find_induction_head"]["first_k"] = lambda: (
     lambda w, k: best(head_score(w, k[:1])),)
+
+# --- chapter 14: more planted mistakes ---
+# Exercise 14.3: the right mask as ints; the hint names its section.
+WRONG["check_chunk_mask"]["not_bool"] = lambda: (
+    lambda q, p: (torch.arange(p + q)[None]
+                  <= p + torch.arange(q)[:, None]).int(),)
+
+
+def test_int_chunk_mask_hint_points_at_its_section():
+    verdict = _check("check_chunk_mask", (
+        lambda q, p: (torch.arange(p + q)[None]
+                      <= p + torch.arange(q)[:, None]).float(),))
+    assert not verdict
+    assert "in chapter 14)" in verdict.message

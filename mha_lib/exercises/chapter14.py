@@ -200,6 +200,9 @@ CHUNK = catalogue(
     library=("the values are right, but causal_mask is the library's "
              "answer: build the mask yourself, with torch.arange and a "
              "comparison", _ALIGN),
+    not_bool=("the mask should be a bool tensor (True = may attend), "
+              "not ints or floats: a comparison such as j <= past + i "
+              "gives one", _ALIGN),
 )
 
 
@@ -224,6 +227,9 @@ def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                 and value.shape == ones.shape and past \
                 and torch.equal(value != 0, ones.tril()):
             return CHUNK["top_left"].verdict(call.label)
+        if isinstance(value, torch.Tensor) and value.dtype != torch.bool \
+                and value.shape == ones.shape:
+            return CHUNK["not_bool"].verdict(call.label)
         problem = check_tensor(
             call.label, call.value, expected, axes="(q_len, past + q_len)",
             mistakes=[
