@@ -2856,3 +2856,17 @@ WRONG["check_remove_head"].update({
 # Exercise 15.4: every sequence scored with the first sequence's k.
 WRONG["check_find_induction_head"]["first_k"] = lambda: (
     lambda w, k: best(head_score(w, k[:1])),)
+
+# --- chapter 1: more planted mistakes ---
+# Exercise 1.1: split(" ") with the empty tokens filtered out (not
+# split() without an argument, which also splits at a tab).
+WRONG["check_tokenizer"]["dropped_empty"] = lambda: (lambda t: [
+    w for w in tokenize(t.replace(",", "")) if w],)
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.2: <pad> put last (padding_idx=14); Exercise 2.3: GPT-2's
+# position table (1,024 x 768) instead of its token table.
+WRONG["check_padding_embedding"]["pad_id_other"] = lambda: _embedding(
+    padding_idx=14)
+WRONG["check_embedding_parameters"]["position_table"] = lambda: (
+    1024 * 768,)
