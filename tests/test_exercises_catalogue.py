@@ -2870,3 +2870,17 @@ def test_int_chunk_mask_hint_points_at_its_section():
                       <= p + torch.arange(q)[:, None]).float(),))
     assert not verdict
     assert "in chapter 14)" in verdict.message
+
+# --- chapter 1: more planted mistakes ---
+# Exercise 1.1: split(" ") with the empty tokens filtered out (not
+# split() without an argument, which also splits at a tab).
+WRONG["check_tokenizer"]["dropped_empty"] = lambda: (lambda t: [
+    w for w in tokenize(t.replace(",", "")) if w],)
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.2: <pad> put last (padding_idx=14); Exercise 2.3: GPT-2's
+# position table (1,024 x 768) instead of its token table.
+WRONG["check_padding_embedding"]["pad_id_other"] = lambda: _embedding(
+    padding_idx=14)
+WRONG["check_embedding_parameters"]["position_table"] = lambda: (
+    1024 * 768,)

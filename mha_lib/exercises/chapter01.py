@@ -51,6 +51,10 @@ TOKENIZER = catalogue(
                       "tokenize splits on every single space, so split on "
                       "\" \", or call tokenize after deleting the commas",
                       "Tokenization"),
+    dropped_empty=("the empty token '' between two spaces in a row "
+                   "(\"two  spaces\") is gone, but tokenize keeps it: "
+                   "keep every piece split(\" \") gives, with no filter "
+                   "on empty tokens", "Tokenization"),
     too_much_removed=("other characters went too (an apostrophe or a "
                       "hyphen): only commas go, besides the ! . ? that "
                       "tokenize drops", "Tokenization"),
@@ -75,9 +79,14 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
                 isinstance(t, str) for t in given):
             return Verdict(False, f"{call.label} should be a list of "
                                   f"str, got {type(given).__name__}")
+        dropped = "" in want and given == [t for t in want if t]
+        if dropped:
+            # split() also splits at a tab; a filter on '' does not
+            tab = attempt(fn, "a\tb", shown=repr("a\tb"))
+            if tab.value != ["a", "b"]:
+                return TOKENIZER["dropped_empty"].verdict(call.label)
         wrong = (
-            (TOKENIZER["whitespace_split"],
-             "" in want and given == [t for t in want if t]),
+            (TOKENIZER["whitespace_split"], dropped),
             (TOKENIZER["inner_period"],
              any("." in t.strip(".") for t in given)),
             (TOKENIZER["comma_kept"],

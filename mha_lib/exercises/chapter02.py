@@ -177,6 +177,10 @@ PADDING = catalogue(
                        "without \"<pad>\": the table needs a row for it "
                        "too", "A zero vector for `\"<pad>\"`: "
                               "`padding_idx`"),
+    pad_id_other=("padding_idx should be the id of \"<pad>\", 0: "
+                  "specials get the first ids, so <pad> is row 0, not "
+                  "the last row", "A zero vector for `\"<pad>\"`: "
+                                  "`padding_idx`"),
     three_sentences=("vectors should embed the padded batch of four: the "
                      "three sentences and \"What is next?\"",
                      "A zero vector for `\"<pad>\"`: `padding_idx`"),
@@ -214,8 +218,8 @@ def check_padding_embedding(
         return PADDING["zeroed_by_hand" if row_zero
                        else "no_padding_idx"].verdict("embedding")
     if embedding.padding_idx != 0:
-        return Verdict(False, f"embedding.padding_idx should be the id of "
-                              f"\"<pad>\", 0, got {embedding.padding_idx}")
+        return PADDING["pad_id_other"].verdict(
+            f"embedding.padding_idx = {embedding.padding_idx}")
     if not row_zero:
         return PADDING["no_padding_idx"].verdict("embedding")
     ids, _ = encode([*SENTENCES, "What is next?"], stoi, pad_id=0)
@@ -261,6 +265,10 @@ PARAMETERS = catalogue(
     with_positions=("that adds GPT-2's table of 1,024 learned positions "
                     "(1,024 x 768); the question is the token table alone",
                     "The embedding table"),
+    position_table=("that is GPT-2's table of 1,024 learned positions "
+                    "(1,024 x 768); the question is the token table, "
+                    "one row of 768 numbers for each of the 50,257 "
+                    "tokens", "The embedding table"),
     added=("that adds the two sizes; the table has 50,257 rows of 768 "
            "numbers each, so multiply them", "The embedding table"),
     context_rows=("that is 1,024 numbers per token, GPT-2's context "
@@ -315,6 +323,7 @@ def check_embedding_parameters(n: int) -> Verdict:
         (PARAMETERS["tied_twice"], 2 * expected),
         (PARAMETERS["whole_model"], 124_412_160),
         (PARAMETERS["with_positions"], expected + 1024 * 768),
+        (PARAMETERS["position_table"], 1024 * 768),
         (PARAMETERS["rounded_vocab"], 50_000 * 768),
         (PARAMETERS["added"], 50257 + 768),
         (PARAMETERS["context_rows"], 50257 * 1024),
