@@ -2856,3 +2856,14 @@ WRONG["check_remove_head"].update({
 # Exercise 15.4: every sequence scored with the first sequence's k.
 WRONG["check_find_induction_head"]["first_k"] = lambda: (
     lambda w, k: best(head_score(w, k[:1])),)
+
+# --- chapter 4: more planted mistakes ---
+# Exercise 4.4: random layers (biases and all) match no catalogued mistake;
+# the hint still names the section to read.
+def test_previous_token_fallback_hint_names_its_section():
+    torch.manual_seed(0)
+    q, k = nn.Linear(8, 8), nn.Linear(8, 8)
+    verdict = _check("check_previous_token", (q, k))
+    assert not verdict.ok
+    assert "(see 'The projections at work' in chapter 4)" in (
+        " ".join(verdict.message.split()))
