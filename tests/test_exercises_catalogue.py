@@ -2884,3 +2884,14 @@ WRONG["check_padding_embedding"]["pad_id_other"] = lambda: _embedding(
     padding_idx=14)
 WRONG["check_embedding_parameters"]["position_table"] = lambda: (
     1024 * 768,)
+
+# --- chapter 4: more planted mistakes ---
+# Exercise 4.4: random layers (biases and all) match no catalogued mistake;
+# the hint still names the section to read.
+def test_previous_token_fallback_hint_names_its_section():
+    torch.manual_seed(0)
+    q, k = nn.Linear(8, 8), nn.Linear(8, 8)
+    verdict = _check("check_previous_token", (q, k))
+    assert not verdict.ok
+    assert "(see 'The projections at work' in chapter 4)" in (
+        " ".join(verdict.message.split()))

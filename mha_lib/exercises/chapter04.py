@@ -340,4 +340,5 @@ def check_previous_token(q_proj: Callable[[torch.Tensor], torch.Tensor],
     return Verdict(
         False, f"token {t} puts most weight on token "
                f"{t + int(favourite[t - 1])}, not {t - 1}: the score "
-               "q_t . k_j should be largest at j = t - 1")
+               "q_t . k_j should be largest at j = t - 1 "
+               f"(see '{_AT_WORK}' in chapter 4)")
