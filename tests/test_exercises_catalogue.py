@@ -2856,3 +2856,8 @@ WRONG["check_remove_head"].update({
 # Exercise 15.4: every sequence scored with the first sequence's k.
 WRONG["check_find_induction_head"]["first_k"] = lambda: (
     lambda w, k: best(head_score(w, k[:1])),)
+
+# --- chapter 6: more planted mistakes ---
+# Exercise 6.3: diag(p (1 - p)), the right diagonal with nothing off it.
+WRONG["check_softmax_jacobian"]["diagonal_right"] = lambda: (
+    lambda s: torch.diag(s.softmax(-1) * (1 - s.softmax(-1))),)
