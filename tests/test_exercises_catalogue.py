@@ -2895,3 +2895,8 @@ def test_previous_token_fallback_hint_names_its_section():
     assert not verdict.ok
     assert "(see 'The projections at work' in chapter 4)" in (
         " ".join(verdict.message.split()))
+
+# --- chapter 6: more planted mistakes ---
+# Exercise 6.3: diag(p (1 - p)), the right diagonal with nothing off it.
+WRONG["check_softmax_jacobian"]["diagonal_right"] = lambda: (
+    lambda s: torch.diag(s.softmax(-1) * (1 - s.softmax(-1))),)

@@ -263,6 +263,9 @@ JACOBIAN = catalogue(
               "J = diag(p) - p p^T", _SATURATES),
     diagonal_only=("only the diagonal is there: the off-diagonal entries "
                    "are -p_i p_j (J = diag(p) - p p^T)", _SATURATES),
+    diagonal_right=("the diagonal p_i (1 - p_i) is right; the off-diagonal "
+                    "entries -p_i p_j are missing: J = diag(p) - p p^T",
+                    _SATURATES),
     no_diagonal=("only -p p^T is there: the diagonal also has +p_i, "
                  "since d p_i / d s_i = p_i (1 - p_i); J = diag(p) - "
                  "p p^T", _SATURATES),
@@ -316,7 +319,7 @@ def check_softmax_jacobian(
             call.label, call.value, want,
             axes="(n, n)", atol=1e-6, rtol=1e-5, mistakes=[
                 (JACOBIAN["diagonal_only"], torch.diag(p)),
-                (JACOBIAN["diagonal_only"], torch.diag(p - p * p)),
+                (JACOBIAN["diagonal_right"], torch.diag(p - p * p)),
                 (JACOBIAN["sign"], torch.outer(p, p) - torch.diag(p)),
                 (JACOBIAN["no_diagonal"], -torch.outer(p, p)),
                 (JACOBIAN["of_scores"],
