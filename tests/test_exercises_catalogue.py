@@ -2856,3 +2856,10 @@ WRONG["check_remove_head"].update({
 # Exercise 15.4: every sequence scored with the first sequence's k.
 WRONG["check_find_induction_head"]["first_k"] = lambda: (
     lambda w, k: best(head_score(w, k[:1])),)
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.3: the reach multiplied, window ** num_layers; Exercise 17.4:
+# the score divided by D (not its root) inside the tanh.
+WRONG["check_receptive_field"]["power"] = lambda: (lambda w, n: w ** n,)
+WRONG["check_softcap_score_mod"]["scaled_again/by_d"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: cap * torch.tanh(s / 8 / cap),)
