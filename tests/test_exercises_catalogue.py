@@ -2900,3 +2900,10 @@ def test_previous_token_fallback_hint_names_its_section():
 # Exercise 6.3: diag(p (1 - p)), the right diagonal with nothing off it.
 WRONG["check_softmax_jacobian"]["diagonal_right"] = lambda: (
     lambda s: torch.diag(s.softmax(-1) * (1 - s.softmax(-1))),)
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.3: the reach multiplied, window ** num_layers; Exercise 17.4:
+# the score divided by D (not its root) inside the tanh.
+WRONG["check_receptive_field"]["power"] = lambda: (lambda w, n: w ** n,)
+WRONG["check_softcap_score_mod"]["scaled_again/by_d"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: cap * torch.tanh(s / 8 / cap),)

@@ -115,9 +115,9 @@ def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
 
 SLOPES = catalogue(
     "check_alibi_slopes", 17,
-    naive=("that is 2^(-8/H) for H not a power of two; the paper takes "
-           "the nearest smaller power of two, then every other slope of "
-           "twice as many heads", _ALIBI),
+    naive=("that is 2^(-8/H) for H not a power of two; the authors' "
+           "code (get_slopes) takes the nearest smaller power of two, "
+           "then every other slope of twice as many heads", _ALIBI),
     ascending=("the slopes should fall from head to head: head 0 gets the "
                "largest, 2^(-8/H)", _ALIBI),
     sorted=("the right slopes, in the wrong order: for H not a power of "
@@ -222,6 +222,9 @@ REACH = catalogue(
                "than the one below", _WINDOW),
     counts_itself=("count the positions before the last token, not the "
                    "token itself", _WINDOW),
+    power=("window ** num_layers counts paths, not positions: the "
+           "layers add their reach, window - 1 each, they do not "
+           "multiply it", _WINDOW),
     query_once=("num_layers * window - 1 takes the query out once; every "
                 "layer's window counts its own query, so each layer "
                 "reaches window - 1 back: num_layers * (window - 1)",
@@ -247,7 +250,8 @@ def check_receptive_field(fn: Callable[[int, int], int]) -> Verdict:
         return [(REACH["window_per_layer"], num_layers * window),
                 (REACH["one_layer"], window - 1),
                 (REACH["counts_itself"], right + 1),
-                (REACH["query_once"], num_layers * window - 1)]
+                (REACH["query_once"], num_layers * window - 1),
+                (REACH["power"], window ** num_layers)]
 
     cases = [(4, 3), (3, 1), (3, 2), (1, 5), (10, 4)]
     return check_calls(fn, cases, expected,
@@ -272,7 +276,8 @@ SOFTCAP = catalogue(
            "cap bends them smoothly: cap * torch.tanh(score / cap)",
            _FLEX),
     scaled_again=("the score a score_mod receives is already "
-                  "q . k / sqrt(D): do not scale it again", _FLEX),
+                  "q . k / sqrt(D): do not scale it again (by sqrt(D), "
+                  "D or any other factor)", _FLEX),
     math_tanh=("math.tanh takes one Python number, but score is a tensor "
                "(flex_attention calls the score_mod on all the scores at "
                "once): use torch.tanh", _FLEX),
@@ -334,6 +339,8 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
                 (SOFTCAP["clamp"], out(scores.clamp(-cap, cap))),
                 (SOFTCAP["scaled_again"], out(cap * torch.tanh(
                     scores / math.sqrt(q.size(-1)) / cap))),
+                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
+                    scores / q.size(-1) / cap))),
             ])
         if problem is not None:
             return problem
