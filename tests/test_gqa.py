@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.testing import assert_close
 
 from mha_lib import GroupedQueryAttention, MultiHeadAttention, causal_mask, padding_mask
+from mha_lib.exercises.verdict import Recorder
 
 param = pytest.mark.parametrize
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -143,17 +144,11 @@ def test_bad_input_names_the_argument():
         GroupedQueryAttention(8, 3, 1)
 
 
-class _MatmulShapes(torch.overrides.TorchFunctionMode):
-    """Records the operand shapes of every matrix product (``@``, ``matmul``, ``bmm``)."""
-
-    def __init__(self):
-        super().__init__()
-        self.shapes = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") in ("matmul", "__matmul__", "bmm"):
-            self.shapes.append((tuple(args[0].shape), tuple(args[1].shape)))
-        return func(*args, **(kwargs or {}))
+def _matmul_shapes(recorder: Recorder) -> list[tuple[tuple, tuple]]:
+    """The operand shapes of every matrix product (``@``, ``matmul``, ``bmm``) recorded."""
+    return [(tuple(args[0].shape), tuple(args[1].shape))
+            for func, args, _ in recorder.calls
+            if getattr(func, "__name__", "") in ("matmul", "__matmul__", "bmm")]
 
 
 @param("mask", ["none", "causal", "padding"])
@@ -173,9 +168,10 @@ def test_explicit_path_reads_each_key_value_head_without_copies(mask):
         for query, kwargs in ((x[:, 6:], {"cache": cache}), (x, {})):
             lq, lk = query.size(1), 7
             masks = _masks(2, lq, lk)
-            with _MatmulShapes() as seen:
+            with Recorder() as seen:
                 out, weights = m(query, mask=masks[mask], **kwargs)
             assert weights.shape == (2, 8, lq, lk)
-            assert seen.shapes, "no matrix product recorded"
-            for a, b in seen.shapes:
+            shapes = _matmul_shapes(seen)
+            assert shapes, "no matrix product recorded"
+            for a, b in shapes:
                 assert a[:-2] == b[:-2], f"broadcast product {a} @ {b}: K or V copied"
