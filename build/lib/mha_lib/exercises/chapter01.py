@@ -1,0 +1,447 @@
+"""Checkers for chapter 1's exercises (tokens, vocabulary, padding)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import torch
+
+from mha_lib.exercises.verdict import (
+    SENTENCES,
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+)
+from mha_lib.text import build_vocab, encode, tokenize
+
+__all__ = [
+    "check_tokenizer",
+    "check_vocab",
+    "check_padded_batch",
+    "check_bpe_merges",
+    "strip_all_punctuation",
+    "BPE_CORPUS",
+]
+
+
+def strip_all_punctuation(text: str) -> list[str]:
+    """The reference that :func:`check_tokenizer` compares with."""
+    return tokenize(text.replace(",", ""))
+
+
+TOKENIZER = catalogue(
+    "check_tokenizer", 1,
+    comma_kept=("a comma is still glued to its word (\"hello,\"): remove "
+                "the commas before splitting", "Tokenization"),
+    inner_comma=("a comma inside a word stays (\"1,000\"): stripping the "
+                 "ends of each token misses it; delete every comma, "
+                 "wherever it stands", "Tokenization"),
+    inner_period=("a . inside a word stays (\"3.5\"), but tokenize "
+                  "deletes every ! . ? wherever it stands, giving \"35\": "
+                  "delete, do not strip", "Tokenization"),
+    empty_token=("there is an empty token: a comma replaced by a space "
+                 "leaves two spaces in a row; delete the commas instead",
+                 "Tokenization"),
+    not_lowercase=("the tokens should be lowercase, as tokenize makes "
+                   "them", "Tokenization"),
+    whitespace_split=("split() without an argument also swallows runs of "
+                      "spaces (\"two  spaces\" gives no empty token ''): "
+                      "tokenize splits on every single space, so split on "
+                      "\" \", or call tokenize after deleting the commas",
+                      "Tokenization"),
+    dropped_empty=("the empty token '' between two spaces in a row "
+                   "(\"two  spaces\") is gone, but tokenize keeps it: "
+                   "keep every piece split(\" \") gives, with no filter "
+                   "on empty tokens", "Tokenization"),
+    too_much_removed=("other characters went too (an apostrophe or a "
+                      "hyphen): only commas go, besides the ! . ? that "
+                      "tokenize drops", "Tokenization"),
+)
+
+
+def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
+    """Exercise 1.1: a tokenizer like :func:`~mha_lib.tokenize` that also
+    drops commas."""
+    for text in [*SENTENCES, "Well, well, well.", "no punctuation here",
+                 "Don't stop, said the well-known cat.",
+                 "Dr. Who? It costs 3.5 euros!",
+                 "It costs 1,000 euros, or 1,500.",
+                 "Two  spaces, then one."]:
+        call = attempt(fn, text, shown=repr(text))
+        if call.verdict is not None:
+            return call.verdict
+        given, want = call.value, strip_all_punctuation(text)
+        if given == want:
+            continue
+        if not isinstance(given, list) or not all(
+                isinstance(t, str) for t in given):
+            return Verdict(False, f"{call.label} should be a list of "
+                                  f"str, got {type(given).__name__}")
+        dropped = "" in want and given == [t for t in want if t]
+        if dropped:
+            # split() also splits at a tab; a filter on '' does not
+            tab = attempt(fn, "a\tb", shown=repr("a\tb"))
+            if tab.value != ["a", "b"]:
+                return TOKENIZER["dropped_empty"].verdict(call.label)
+        wrong = (
+            (TOKENIZER["whitespace_split"], dropped),
+            (TOKENIZER["inner_period"],
+             any("." in t.strip(".") for t in given)),
+            (TOKENIZER["comma_kept"],
+             any(t.startswith(",") or t.endswith(",") for t in given)),
+            (TOKENIZER["inner_comma"], any("," in t for t in given)),
+            (TOKENIZER["empty_token"], "" in given and "" not in want),
+            (TOKENIZER["not_lowercase"],
+             [t.lower() for t in given] == want),
+            (TOKENIZER["too_much_removed"],
+             len("".join(given)) < len("".join(want))),
+        )
+        for mistake, found in wrong:
+            if found:
+                return mistake.verdict(call.label)
+        return Verdict(False, f"{call.label} gives {len(given)} tokens; "
+                              f"the first that differs is number "
+                              f"{_first_difference(given, want)}")
+    return Verdict(
+        True, "commas are gone and everything else is as tokenize() "
+              "does it")
+
+
+def _first_difference(given: list, want: list) -> int:
+    for i, (a, b) in enumerate(zip(given, want, strict=False)):
+        if a != b:
+            return i
+    return min(len(given), len(want))
+
+
+VOCAB = catalogue(
+    "check_vocab", 1,
+    no_pad=("there is no \"<pad>\": pass it to build_vocab as a special "
+            "token", "Padding sentences of different lengths"),
+    pad_last=("\"<pad>\" should come first, id 0, and the words after "
+              "it: specials get the first ids",
+              "Padding sentences of different lengths"),
+    shared_id=("two tokens share one id (adding \"<pad>\": 0 to the old "
+               "vocabulary leaves \"a\" at 0 too): ids must be distinct, "
+               "so with \"<pad>\" first every word moves up by one; pass "
+               "\"<pad>\" to build_vocab as a special token",
+               "Padding sentences of different lengths"),
+    unsorted=("the ids do not follow the sorted order of the words "
+              "(numbered as they first appear?); build_vocab sorts them, "
+              "so the ids do not depend on the order of the sentences",
+              "The vocabulary"),
+    commas=("\"hello,\" and \"hello\" are different tokens: build the "
+            "vocabulary with tokenize, as it is", "Tokenization"),
+    offset=("the words are in sorted order, but their ids should "
+            "follow \"<pad>\" without a gap: \"a\" is 1, \"basic\" 2, "
+            "and so on", "The vocabulary"),
+)
+
+
+def check_vocab(stoi: dict[str, int]) -> Verdict:
+    """Exercise 1.2: the vocabulary of the running example with ``"<pad>"``
+    as id 0."""
+    expected = build_vocab(SENTENCES, specials=("<pad>",))
+    if not isinstance(stoi, dict):
+        return Verdict(
+            False, f"stoi should be a dict from token to id, "
+                   f"got {type(stoi).__name__}")
+    if stoi == expected:
+        return Verdict(True,
+                       f"{len(expected)} entries, <pad> first, then sorted")
+    words = [w for w in expected if w != "<pad>"]
+    if "<pad>" not in stoi:
+        return VOCAB["no_pad"].verdict("stoi")
+    if stoi["<pad>"] != 0:
+        return VOCAB["pad_last"].verdict("stoi")
+    if "hello" not in stoi and "hello," not in stoi:
+        return Verdict(False, "stoi is missing words of the three "
+                              "sentences")
+    if ("hello" in stoi) != ("hello" in expected):
+        return VOCAB["commas"].verdict("stoi")
+    if len(set(stoi.values())) < len(stoi):
+        return VOCAB["shared_id"].verdict("stoi")
+    if set(stoi) == set(expected):
+        if sorted(words, key=stoi.__getitem__) == words:
+            return VOCAB["offset"].verdict("stoi")
+        return VOCAB["unsorted"].verdict("stoi")
+    missing = sorted(set(expected) - set(stoi))
+    extra = sorted(set(stoi) - set(expected))
+    return Verdict(False, f"stoi should have the {len(words)} tokens of "
+                          f"the "
+                          f"sentences and \"<pad>\"; missing {missing}, "
+                          f"extra {extra}")
+
+
+PADDED = catalogue(
+    "check_padded_batch", 1,
+    pad_id=("the pads should be the id of \"<pad>\", 0",
+            "Padding sentences of different lengths"),
+    no_pad_vocab=("the ids are those of the vocabulary without \"<pad>\" "
+                  "(each one too small by 1): encode with the vocabulary "
+                  "of Exercise 1.2", "Padding sentences of different "
+                                     "lengths"),
+    padded_lengths=("lengths should be the true lengths, before padding, "
+                    "not the padded length", "Padding sentences of "
+                                             "different lengths"),
+    left_padding=("the pads are on the left; encode pads on the right, "
+                  "after the last token", "Padding sentences of different "
+                                          "lengths"),
+    swapped=("the rows are in the wrong order: row 0 is \"What will "
+             "come next?\", row 1 \"A basic split!\"",
+             "Padding sentences of different lengths"),
+    ragged=("the rows have different lengths: pad the shorter one with "
+            "the id of \"<pad>\" to the length of the longer",
+            "Padding sentences of different lengths"),
+)
+
+
+def _as_tensor(value: object) -> object:
+    """A list or tuple of numbers as a tensor (a hand-written answer);
+    anything else, or a ragged list, unchanged."""
+    if isinstance(value, list | tuple):
+        try:
+            return torch.tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            return value
+    return value
+
+
+def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
+    """Exercise 1.2: ``"What will come next?"`` and ``"A basic split!"`` as
+    one batch, padded with the ``"<pad>"`` id of :func:`check_vocab`'s
+    vocabulary; tensors or (hand-written) lists."""
+    if isinstance(ids, list | tuple) and len(ids) > 1 and all(
+            isinstance(row, list | tuple) for row in ids) \
+            and len({len(row) for row in ids}) > 1:
+        return PADDED["ragged"].verdict("ids")
+    ids, lengths = _as_tensor(ids), _as_tensor(lengths)
+    stoi = build_vocab(SENTENCES, specials=("<pad>",))
+    texts = ["What will come next?", "A basic split!"]
+    want_ids, want_lengths = encode(texts, stoi, pad_id=0)
+    plain_ids, _ = encode(texts, build_vocab(SENTENCES), pad_id=0)
+    left = torch.stack([row.roll(int(row.size(0) - n))
+                        for row, n in zip(want_ids, want_lengths,
+                                          strict=True)])
+    swapped, _ = encode(texts[::-1], stoi, pad_id=0)
+
+    if isinstance(ids, torch.Tensor) and ids.shape == want_ids.shape \
+            and not torch.equal(ids.long(), want_ids):
+        real = (torch.arange(want_ids.size(1))
+                < want_lengths[:, None])  # (B, L): not a pad
+        if torch.equal(ids[real].long(), plain_ids[real]):
+            return PADDED["no_pad_vocab"].verdict("ids")
+        if torch.equal(ids[real].long(), want_ids[real]):
+            return PADDED["pad_id"].verdict("ids")
+    problem = check_tensor("ids", ids, want_ids, axes="(B, L)",
+                           mistakes=[(PADDED["left_padding"], left),
+                                     (PADDED["swapped"], swapped)])
+    if problem is None and isinstance(ids, torch.Tensor) \
+            and ids.is_floating_point():
+        problem = Verdict(False, f"ids should be integers (int64), got "
+                                 f"{ids.dtype}")
+    if problem is not None:
+        return problem
+    problem = check_tensor(
+        "lengths", lengths, want_lengths, axes="(B,)", mistakes=[
+            (PADDED["padded_lengths"],
+             torch.full_like(want_lengths, want_ids.size(1)))])
+    if problem is not None:
+        return problem
+    return Verdict(
+        True,
+        "two rows of four ids, the shorter padded with 0; lengths [4, 3]")
+
+
+# Exercise 1.3: the toy corpus whose first three merges the reader finds
+BPE_CORPUS = {"pug": 7, "bug": 8, "bun": 5, "hugs": 6}
+
+
+def _bpe(word_counts: dict[str, int], num_merges: int, end: bool = True,
+         weighted: bool = True, recount: bool = True
+         ) -> list[tuple[str, str]]:
+    """BPE as chapter 1 runs it (ties to the pair counted first); the
+    flags plant the classic mistakes."""
+    words = {((*w, "</w>") if end else tuple(w)): (n if weighted else 1)
+             for w, n in word_counts.items()}
+
+    def count() -> Counter:
+        pairs: Counter = Counter()
+        for symbols, n in words.items():
+            for pair in zip(symbols, symbols[1:], strict=False):
+                pairs[pair] += n
+        return pairs
+
+    if not recount:
+        return [pair for pair, _ in count().most_common(num_merges)]
+    merges = []
+    for _ in range(num_merges):
+        best = count().most_common(1)[0][0]
+        merges.append(best)
+        merged = {}
+        for symbols, n in words.items():
+            out, i = [], 0
+            while i < len(symbols):
+                if symbols[i:i + 2] == best:
+                    out.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            merged[tuple(out)] = n
+        words = merged
+    return merges
+
+
+def _words_after(word_counts: dict[str, int],
+                 merges: list[tuple[str, str]]) -> list[tuple[str, ...]]:
+    """The words as symbols once ``merges`` are applied."""
+    words = [(*w, "</w>") for w in word_counts]
+    for best in merges:
+        merged = []
+        for symbols in words:
+            out, i = [], 0
+            while i < len(symbols):
+                if tuple(symbols[i:i + 2]) == best:
+                    out.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    out.append(symbols[i])
+                    i += 1
+            merged.append(tuple(out))
+        words = merged
+    return words
+
+
+def _pair_counts(word_counts: dict[str, int],
+                 merges: list[tuple[str, str]]) -> Counter:
+    """The adjacent pairs once ``merges`` are applied, weighted by the
+    word counts."""
+    pairs: Counter = Counter()
+    for s, n in zip(_words_after(word_counts, merges),
+                    word_counts.values(), strict=True):
+        for pair in zip(s, s[1:], strict=False):
+            pairs[pair] += n
+    return pairs
+
+
+def _before(merges: list[tuple[str, str]]) -> str:
+    """``merges`` in words, for a hint."""
+    if len(merges) == 1:
+        return f"after the merge {merges[0]}"
+    return "after the merges " + ", ".join(str(m) for m in merges)
+
+
+def _stale_example(pair: tuple[str, str],
+                   merges: list[tuple[str, str]]) -> str:
+    """A word that held ``pair`` and how ``merges`` rewrote it, e.g.
+    " (after the merge ('u', 'g'), pug is p ug </w>)"; "" if none."""
+    now = _words_after(BPE_CORPUS, merges)
+    for k in range(len(merges)):
+        then = _words_after(BPE_CORPUS, merges[:k])
+        for word, old, new in zip(BPE_CORPUS, then, now, strict=True):
+            if pair in zip(old, old[1:], strict=False):
+                return f" ({_before(merges)}, {word} is {' '.join(new)})"
+    return ""
+
+
+SECTION = "Unknown words: subword tokenizers"
+BPE = catalogue(
+    "check_bpe_merges", 1,
+    joined=("write each merge as the pair it joins, (\"u\", \"g\"), not "
+            "the joined string \"ug\"", SECTION),
+    no_end_marker=("these are the merges without the end-of-word marker: "
+                   "every word ends in \"</w>\", which pairs with the last "
+                   "letter like any other symbol", SECTION),
+    unweighted=("each word was counted once: a pair occurs as many times "
+                "as the words that hold it, times their counts (\"bug\" "
+                "8 times)", SECTION),
+    not_recounted=("these are the most frequent pairs of the first count; "
+                   "after each merge the words change, so count the pairs "
+                   "again, the new symbol included", SECTION),
+    stale_pair=("that pair is no longer in the words: each merge rewrites "
+                "the words before the next count; count the pairs of "
+                "the words as the merges before left them", SECTION),
+    wrong_order=("the right merges in the wrong order: the most frequent "
+                 "pair is merged first", SECTION),
+    misspelt_marker=("the end-of-word marker is spelt \"</w>\", four "
+                     "characters, and a merge with it keeps them: "
+                     "\"ug</w>\"", SECTION),
+)
+
+
+def _marker_as(merges: list[tuple[str, str]],
+               want: list[tuple[str, str]]) -> str | None:
+    """The string ``merges`` writes for ``"</w>"`` where they are
+    ``want`` with the marker spelt otherwise, else None."""
+    spellings = set()
+    for got, right in zip(merges, want, strict=True):
+        for x, y in zip(got, right, strict=True):
+            if x == y:
+                continue
+            head = y.split("</w>")[0]
+            if "</w>" not in y or not x.startswith(head):
+                return None
+            spellings.add(x[len(head):])
+    marker = spellings.pop() if len(spellings) == 1 else ""
+    return marker or None  # "" drops the marker: a stale pair, not this
+
+
+def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
+    """Exercise 1.3: the first three merges of BPE on ``BPE_CORPUS``,
+    with the end-of-word marker ``"</w>"``, as a list of pairs."""
+    want = _bpe(BPE_CORPUS, 3)
+    if not isinstance(merges, (list, tuple)):
+        return Verdict(False, f"merges should be a list of pairs, got "
+                              f"{type(merges).__name__}")
+    merges = list(merges)
+    if merges and all(isinstance(m, str) for m in merges):
+        return BPE["joined"].verdict("merges")
+    if not all(isinstance(m, (list, tuple)) and len(m) == 2
+               and all(isinstance(s, str) for s in m) for m in merges):
+        return Verdict(False, "merges should be a list of pairs of "
+                              "strings, such as [(\"u\", \"g\"), ...]")
+    merges = [tuple(m) for m in merges]
+    if len(merges) != len(want):
+        return Verdict(False, f"merges should hold the first "
+                              f"{len(want)} merges, got {len(merges)}")
+    if merges == want:
+        return Verdict(True, "three merges, each the most frequent pair "
+                             "after the ones before")
+    mistakes = (
+        ("no_end_marker", _bpe(BPE_CORPUS, 3, end=False)),
+        ("unweighted", _bpe(BPE_CORPUS, 3, weighted=False)),
+        ("not_recounted", _bpe(BPE_CORPUS, 3, recount=False)),
+    )
+    for name, planted in mistakes:
+        if merges == planted:
+            return BPE[name].verdict("merges")
+    if sorted(merges) == sorted(want):
+        return BPE["wrong_order"].verdict("merges")
+    marker = _marker_as(merges, want)
+    if marker is not None:
+        return BPE["misspelt_marker"].verdict(f"merges (\"{marker}\")")
+    pairs = zip(merges, want, strict=False)
+    first = next((i for i, (a, b) in enumerate(pairs) if a != b),
+                 min(len(merges), len(want)))
+    counts = _pair_counts(BPE_CORPUS, want[:first])
+    if first < len(merges) and merges[first] not in counts:
+        return BPE["stale_pair"].verdict(
+            f"merges[{first}] = {merges[first]}"
+            + _stale_example(merges[first], want[:first]))
+    where = (f"{_before(want[:first])}, " if first else "") + "in the words"
+    if first < len(merges):
+        got, top = counts[merges[first]], counts[want[first]]
+        than = ("ties with a pair counted before it, and the tie goes "
+                "to the pair counted first" if got == top else
+                f"another pair is counted {top} times")
+        return Verdict(False, f"merges[{first}] = {merges[first]}: "
+                              f"{where}, weighted by the word counts, "
+                              f"that pair is counted {got} times, but "
+                              f"{than} (see '{SECTION}' in chapter 1)")
+    return Verdict(False, f"merges[{first}] is not the most frequent "
+                          f"pair {where}: count the pairs again, weighted "
+                          f"by the word counts (see '{SECTION}' in "
+                          f"chapter 1)")

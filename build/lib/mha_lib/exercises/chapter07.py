@@ -1,0 +1,273 @@
+"""Checkers for chapter 7's exercises (padding and causal masks, a safe
+softmax)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from mha_lib.attention import masked_softmax
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_tensor,
+    source_names,
+)
+from mha_lib.masks import causal_mask, padding_mask
+
+__all__ = ["check_padding_mask", "check_decoder_mask", "check_safe_softmax"]
+
+_PADDING = "Padding masks from lengths"
+_CAUSAL = "Causal masks"
+_EMPTY = "A row with nothing to attend to"
+_HALF = "Finite fills, in float32 and in half precision"
+_BEFORE_AFTER = "Before the softmax or after it?"
+
+PADDING = catalogue(
+    "check_padding_mask", 7,
+    library=("that calls padding_mask; the exercise builds the mask "
+             "without it, from a comparison", _PADDING),
+    inverted=("the mask is True on the pads: in this book True means "
+              "\"may attend\", so the real keys are True", _PADDING),
+    one_too_many=("one key too many is visible: key j is real when "
+                  "j < length, not j <= length", _PADDING),
+    no_broadcast_axes=("the mask should be (B, 1, 1, Lk), with singleton "
+                       "axes for the heads and the queries, so that it "
+                       "broadcasts over (B, H, Lq, Lk)", _PADDING),
+    keys_on_query_axis=("that is (B, 1, Lk, 1): the keys are on the "
+                        "query axis; the keys are the last axis, "
+                        "(B, 1, 1, Lk)", _PADDING),
+    longest_length=("Lk is max_len, the padded length, not the longest "
+                    "of the lengths", _PADDING),
+    not_bool=("the mask should be bool: a 0/1 number mask would be added "
+              "to the scores, not used to hide keys", _PADDING),
+    additive=("that is an additive float mask (0 to keep, a large negative "
+              "number to hide), added to the scores; the exercise asks for "
+              "the book's bool mask, True = may attend", "Float masks"),
+)
+
+
+def check_padding_mask(
+    fn: Callable[[torch.Tensor, int], torch.Tensor],
+) -> Verdict:
+    """Exercise 7.1: ``fn(lengths (B,), max_len) -> (B, 1, 1, max_len)``
+    bool mask, True for the first ``lengths[b]`` keys of sentence ``b``,
+    built without :func:`~mha_lib.padding_mask`."""
+    if fn is padding_mask or "padding_mask" in source_names(fn):
+        return PADDING["library"].verdict()
+    cases = [(torch.tensor([6, 6, 6, 3]), 6), (torch.tensor([2, 0, 5]), 5),
+             (torch.tensor([1, 4]), 7)]
+    for lengths, max_len in cases:
+        call = attempt(fn, lengths.clone(), max_len)
+        if call.verdict is not None:
+            return call.verdict
+        want = padding_mask(lengths, max_len)  # (B, 1, 1, Lk)
+        given = call.value
+        if isinstance(given, torch.Tensor) and given.dtype != torch.bool \
+                and given.shape == want.shape \
+                and torch.equal(given.long(), want.long()):
+            return PADDING["not_bool"].verdict(call.label)
+        if isinstance(given, torch.Tensor) and given.is_floating_point() \
+                and given.shape == want.shape \
+                and bool((given[want] == 0).all()) \
+                and bool((given[~want] < -1e3).all()):
+            return PADDING["additive"].verdict(call.label)
+        problem = check_tensor(
+            call.label, given, want, axes="(B, 1, 1, Lk)", mistakes=[
+                (PADDING["inverted"], ~want),
+                (PADDING["one_too_many"], padding_mask(
+                    (lengths + 1).clamp(max=max_len), max_len)),
+                (PADDING["no_broadcast_axes"], want[:, 0, 0]),
+                (PADDING["no_broadcast_axes"], want[:, 0]),
+                (PADDING["keys_on_query_axis"], want.transpose(-1, -2)),
+                (PADDING["longest_length"],
+                 partial(padding_mask, lengths, int(lengths.max()))),
+            ])
+        if problem is not None:
+            return problem
+    return Verdict(
+        True,
+        "the same masks as mha_lib.padding_mask, shape (B, 1, 1, Lk)")
+
+
+DECODER = catalogue(
+    "check_decoder_mask", 7,
+    padding_only=("this is the padding mask alone: the queries still see "
+                  "their future; & it with the causal mask", _CAUSAL),
+    causal_only=("this is the causal mask alone: the pads are still "
+                 "visible; & it with the padding mask", _PADDING),
+    either=("a key is visible when it is real AND not in the future: "
+            "combine the masks with &, not |", _CAUSAL),
+    inverted=("the mask is True where a key is hidden; True means \"may "
+              "attend\"", _CAUSAL),
+    future=("the queries see the future and not the past: the causal "
+            "part is the lower triangle, j <= i (torch.tril)", _CAUSAL),
+    no_diagonal=("a query may attend itself: the causal part is j <= i, "
+                 "the diagonal included", _CAUSAL),
+    pad_queries=("the pad queries (rows) are hidden, so their rows see "
+                 "no key at all; hide the pad keys (the last axis) only: "
+                 "the pad rows then see the real tokens, and a loss "
+                 "ignores them", _PADDING),
+    no_head_axis=("the mask should be (B, 1, L, L), with a singleton axis "
+                  "for the heads", _PADDING),
+)
+
+
+def check_decoder_mask(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Exercise 7.2: ``fn(lengths (B,)) -> (B, 1, L, L)`` bool mask,
+    ``L = max(lengths)``: a key is visible when it is a real token and not
+    in the query's future."""
+    for lengths in (torch.tensor([6, 6, 6, 3]), torch.tensor([2, 5, 1])):
+        length = int(lengths.max())
+        pad = padding_mask(lengths, length)  # (B, 1, 1, L)
+        causal = causal_mask(length)  # (L, L)
+        want = pad & causal  # (B, 1, L, L)
+        call = attempt(fn, lengths.clone())
+        if call.verdict is not None:
+            return call.verdict
+        full = want.shape
+        problem = check_tensor(
+            call.label, call.value, want, axes="(B, 1, L, L)", mistakes=[
+                (DECODER["padding_only"], pad.expand(full)),
+                (DECODER["causal_only"], causal.expand(full)),
+                (DECODER["either"], pad | causal),
+                (DECODER["inverted"], ~want),
+                (DECODER["future"], pad & causal.T),
+                (DECODER["no_diagonal"], pad & causal.tril(-1)),
+                (DECODER["pad_queries"], pad.transpose(-2, -1) & causal),
+                (DECODER["no_head_axis"], want[:, 0]),
+            ])
+        if problem is not None:
+            return problem
+    return Verdict(
+        True,
+        "padding_mask(lengths) & causal_mask(L), shape (B, 1, L, L)")
+
+
+SAFE = catalogue(
+    "check_safe_softmax", 7,
+    finite_fill=("the query that sees no key gets uniform weights, not "
+                 "zeros: a finite fill (-1e9, finfo.min) cannot tell an "
+                 "empty row from a full one; fill with -inf and zero the "
+                 "empty rows", _EMPTY),
+    multiplied=("the hidden scores are multiplied by 0, not hidden: a "
+                "score of 0 still gets weight e^0 after the softmax, as "
+                "much as a visible key that scores 0; fill them with -inf "
+                "(masked_fill) before the softmax", _BEFORE_AFTER),
+    nan=("a query that sees no key gets NaN: a row of only -inf is "
+         "0 / 0; find the empty rows and give them zeros", _EMPTY),
+    half_overflow=("-1e9 does not exist in float16 (its largest number is "
+                   "65504): compute in float32, or fill with -inf", _HALF),
+    dtype=("return the dtype of the scores: compute in float32 if you "
+           "like, then .to(scores.dtype)", "The library's masked softmax"),
+    inverted=("the mask hides the keys where it is True; True means "
+              "\"may attend\"", _PADDING),
+    after_softmax=("a query whose hidden key scores far above its visible "
+                   "ones gets no weight at all: masked after the softmax, "
+                   "the visible weights underflow to 0 before the "
+                   "renormalisation; fill the hidden scores with -inf "
+                   "before the softmax", _BEFORE_AFTER),
+    no_renormalise=("the hidden weights are zeroed after the softmax, but "
+                    "the rows are not renormalised: the visible weights "
+                    "no longer sum to 1; fill the hidden scores with -inf "
+                    "before the softmax", _BEFORE_AFTER),
+    softmax_dim=("the softmax runs over the queries (dim=-2); it runs "
+                 "over the keys, the last axis",
+                 "The softmax: weights that sum to one", 6),
+)
+
+
+def _over_queries(scores: torch.Tensor, mask: torch.Tensor
+                  ) -> torch.Tensor:
+    """The masked softmax over the queries (dim=-2): the usual wrong
+    axis."""
+    return masked_softmax(scores.float().mT, mask.mT).mT.to(scores.dtype)
+
+
+def _over_queries_filled(scores: torch.Tensor, mask: torch.Tensor,
+                         fill: float | None) -> torch.Tensor:
+    """The softmax over the queries with the empty rows zeroed after it;
+    before it they hold 0 (``fill=None``, masked scores -inf) or the
+    ``fill`` of every masked score."""
+    empty = ~mask.any(dim=-1, keepdim=True)  # (B, Lq, 1)
+    s = scores.float()
+    if fill is None:
+        s = s.masked_fill(~mask, float("-inf")).masked_fill(empty, 0.0)
+    else:
+        s = s.masked_fill(~mask, fill)
+    weights = s.softmax(dim=-2).masked_fill(empty, 0.0)
+    return weights.to(scores.dtype)
+
+
+def _explain_half(error: BaseException, record) -> object:
+    text = str(error)
+    return SAFE["half_overflow"] if "overflow" in text \
+        or "Half" in text else None
+
+
+def check_safe_softmax(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Exercise 7.3: ``fn(scores, mask) -> weights`` like
+    :func:`~mha_lib.masked_softmax` for a bool mask: zero weight on masked
+    keys, all-zero rows when nothing is visible, never NaN, in float32 and
+    float16."""
+    g = torch.Generator().manual_seed(7)
+    scores = 3.0 * torch.randn(2, 4, 5, generator=g)  # (B, Lq, Lk)
+    mask = torch.rand(2, 4, 5, generator=g) > 0.4
+    mask[0, 1] = False  # a query with nothing to attend to
+    mask[1, 2] = True  # one that sees everything
+    # One whose hidden key outscores the visible ones by 120 (e^-120
+    # underflows float32): masking after the softmax loses the whole row.
+    scores[1, 3] = torch.tensor([0.0, 1.0, 120.0, 0.5, -1.0])
+    mask[1, 3] = torch.tensor([True, True, False, True, True])
+    for dtype in (torch.float32, torch.float16):
+        s = scores.to(dtype)
+        call = attempt(fn, s.clone(), mask.clone(),
+                       shown=f"{dtype} scores {tuple(s.shape)}, mask",
+                       explain=_explain_half)
+        if call.verdict is not None:
+            return call.verdict
+        given = call.value
+        want = masked_softmax(s, mask)
+        tol = 1e-5 if dtype == torch.float32 else 1e-3
+        if isinstance(given, torch.Tensor) and given.shape == s.shape:
+            unnormalised = torch.softmax(s.float(), dim=-1) * mask
+            if torch.allclose(given.float(), unnormalised, atol=tol):
+                return SAFE["no_renormalise"].verdict(call.label)
+            multiplied = torch.softmax(s.float() * mask, dim=-1)
+            empty = ~mask.any(dim=-1, keepdim=True)
+            for product in (multiplied, multiplied.masked_fill(empty, 0)):
+                if torch.allclose(given.float(), product, atol=tol):
+                    return SAFE["multiplied"].verdict(call.label)
+            gap_row = given[1, 3].float()
+            if gap_row.isnan().any() or gap_row.abs().sum() < 1e-3:
+                return SAFE["after_softmax"].verdict(call.label)
+            if given[0, 1].isnan().any():
+                return SAFE["nan"].verdict(call.label)
+            if given.dtype != dtype:
+                return SAFE["dtype"].verdict(call.label)
+            inverted = masked_softmax(s, ~mask).float()
+            if torch.allclose(given.float(), inverted, atol=tol):
+                return SAFE["inverted"].verdict(call.label)
+            if not given.isnan().any() and given[0, 1].abs().sum() > 0.5:
+                return SAFE["finite_fill"].verdict(call.label)
+        problem = check_tensor(
+            call.label, given, want, axes="(B, Lq, Lk)", atol=tol,
+            rtol=tol, mistakes=[
+                (SAFE["softmax_dim"], partial(_over_queries, s, mask)),
+                (SAFE["softmax_dim"],
+                 partial(_over_queries_filled, s, mask, None)),
+                (SAFE["softmax_dim"], partial(
+                    _over_queries_filled, s, mask,
+                    torch.finfo(torch.float32).min)),
+            ])
+        if problem is not None:
+            return problem
+    return Verdict(True, "as mha_lib.masked_softmax, empty rows zero, "
+                         "float32 and float16")

@@ -1,0 +1,256 @@
+"""Checkers for chapter 14's exercises (the KV cache, grouped-query
+attention)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from mha_lib.cache import KVCache
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_number,
+    check_tensor,
+    source_names,
+)
+from mha_lib.masks import causal_mask
+
+__all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask"]
+
+_SIZE = "How much memory the cache takes"
+_GQA = "Sharing keys and values: multi-query and grouped-query attention"
+_ALIGN = "Several new tokens at once: the alignment pitfall"
+
+CACHE = catalogue(
+    "check_cache_bytes", 14,
+    keys_only=("that is the keys alone; the cache holds the values too",
+               _SIZE),
+    no_bytes=("that counts numbers, not bytes: multiply by "
+              "bytes_per_number", _SIZE),
+    bits=("that counts bits: bytes_per_number is already in bytes", _SIZE),
+    one_layer=("that is one layer; every layer has its own cache", _SIZE),
+    one_sequence=("that is one sequence; the batch multiplies it", _SIZE),
+    no_kv_heads=("that is one key/value head; the cache holds num_kv_heads "
+                 "of them in every layer", _SIZE),
+    gib=("that is in GiB (or GB); the function returns bytes", _SIZE),
+)
+
+
+def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
+    """Exercise 14.1: ``fn(num_layers, num_kv_heads, head_dim, length,
+    batch, bytes_per_number)`` is the memory, in bytes, of a full
+    :class:`~mha_lib.KVCache`."""
+    # The first case has five different factors (2 for keys and values, 5
+    # layers, 3 heads, 4 bytes, 7 sequences), so that each one left out
+    # gives its own wrong number and its own hint.
+    configs = [(5, 3, 4, 6, 7, torch.float32),
+               (3, 2, 4, 5, 4, torch.float16),
+               (1, 4, 2, 6, 3, torch.float32),
+               (2, 2, 4, 5, 1, torch.float16),
+               (3, 1, 8, 7, 2, torch.float64)]
+    for num_layers, num_kv_heads, head_dim, length, batch, dtype in configs:
+        cache = KVCache(num_layers)
+        for layer in range(num_layers):
+            keys = torch.zeros(batch, num_kv_heads, length, head_dim,
+                               dtype=dtype)
+            cache.update(keys, keys.clone(), layer)
+        args = (num_layers, num_kv_heads, head_dim, length, batch,
+                keys.element_size())
+        call = attempt(fn, *args)
+        if call.verdict is not None:
+            return call.verdict
+        full = cache.nbytes
+        problem = check_number(call.label, call.value, full, mistakes=[
+            (CACHE["keys_only"], full // 2),
+            (CACHE["no_bytes"], full // keys.element_size()),
+            (CACHE["bits"], full * 8),
+            (CACHE["one_layer"], full // num_layers),
+            (CACHE["one_sequence"], full // batch),
+            (CACHE["no_kv_heads"], full // num_kv_heads),
+            (CACHE["gib"], full / 2**30),
+            (CACHE["gib"], full / 10**9),
+        ])
+        if problem is not None:
+            return problem
+    return Verdict(
+        True, "2 (keys and values) x layers x H_kv x D x L x B x bytes "
+              "per number")
+
+
+EXPAND = catalogue(
+    "check_expand_kv", 14,
+    tiled=("that tiles the heads (0, 1, 0, 1, ...); query heads 0 and 1 "
+           "must share key/value head 0 (0, 0, 1, 1, ...)", _GQA),
+    repeat_interleave=("right values; now build them without "
+                       "repeat_interleave: unsqueeze, expand, reshape",
+                       _GQA),
+    indexed=("right values, but picked by indexing the head axis with "
+             "head numbers, as the step-by-step function does; the "
+             "exercise is the other construction, Hugging Face's "
+             "repeat_kv: unsqueeze, expand, reshape", _GQA),
+    copies_after_length=("the copies went next to the wrong axis: insert "
+                         "the group axis right after the head axis, "
+                         "x.unsqueeze(2), then merge the two", _GQA),
+    view_not_contiguous=("view cannot merge axes that do not lie one "
+                         "after the other in memory (expanded copies, or "
+                         "keys split into heads by a transpose): use "
+                         "reshape", "The way back: `merge_heads`", 5),
+    group_size=("the group size is g = num_heads // H_kv, the number of "
+                "query heads per key/value head", _GQA),
+    no_merge=("the group axis is still there, (B, H_kv, g, L, D): merge "
+              "it into the head axis with a final reshape to "
+              "(B, H, L, D)", _GQA),
+    expand_alone=("expand only stretches an axis of size 1, and the head "
+                  "axis has H_kv: insert a group axis of size 1 first, "
+                  "x.unsqueeze(2), expand it to g, then reshape", _GQA),
+)
+
+
+def _explain_expand(error: BaseException, record) -> object:
+    if "view size is not compatible" in str(error):
+        return EXPAND["view_not_contiguous"]
+    if "expanded size of the tensor" in str(error):
+        return EXPAND["expand_alone"]
+    return None
+
+
+def _indexed_heads(record) -> bool:
+    """Whether the reader's code picked heads by number: an index of
+    integers in ``x[...]``, or ``index_select`` / ``gather``."""
+    if record.used(torch.index_select, torch.Tensor.index_select,
+                   torch.gather, torch.Tensor.gather):
+        return True
+
+    def by_number(item: object) -> bool:
+        if isinstance(item, torch.Tensor):
+            return item.dim() > 0 and not item.is_floating_point() \
+                and item.dtype != torch.bool
+        return isinstance(item, list)
+
+    for _, args, _ in record.find(torch.Tensor.__getitem__):
+        index = args[1] if len(args) > 1 else None
+        items = index if isinstance(index, tuple) else (index,)
+        if any(by_number(item) for item in items):
+            return True
+    return False
+
+
+def check_expand_kv(
+    fn: Callable[[torch.Tensor, int], torch.Tensor],
+) -> Verdict:
+    """Exercise 14.2: ``fn(x, num_heads)`` turns ``(B, H_kv, L, D)`` into
+    ``(B, H, L, D)`` the way :class:`~mha_lib.GroupedQueryAttention` shares
+    its key/value heads, without ``repeat_interleave``, also for keys that
+    a transpose made (not contiguous)."""
+    generator = torch.Generator().manual_seed(13)
+    for batch, num_heads, num_kv_heads, length, head_dim in (
+        (2, 4, 2, 5, 3), (1, 6, 3, 2, 4), (3, 4, 1, 4, 2), (1, 2, 2, 3, 1),
+        (2, 6, 2, 3, 2),
+    ):
+        # keys as k_proj makes them: (B, L, H_kv * D) split into heads
+        x = torch.randn(batch, length, num_kv_heads, head_dim,
+                        generator=generator).transpose(1, 2)
+        if batch != 2 or num_heads != 6:
+            x = x.contiguous()
+        group = num_heads // num_kv_heads
+        call = attempt(fn, x, num_heads,
+                       shown=f"x {tuple(x.shape)}, num_heads={num_heads}",
+                       explain=_explain_expand)
+        if call.verdict is not None:
+            return call.verdict
+        expected = x.repeat_interleave(group, dim=1)  # (B, H, L, D)
+        if (isinstance(call.value, torch.Tensor) and tuple(call.value.shape)
+                == (batch, num_kv_heads, group, length, head_dim)):
+            return EXPAND["no_merge"].verdict(call.label)
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(B, H, L, D)",
+            atol=0.0, rtol=0.0, mistakes=[
+                (EXPAND["tiled"], x.repeat(1, group, 1, 1)),
+                (EXPAND["copies_after_length"], x.unsqueeze(3).expand(
+                    batch, num_kv_heads, length, group, head_dim).reshape(
+                        expected.shape)),
+                (EXPAND["group_size"], x),
+            ])
+        if problem is not None:
+            return problem
+        if call.record.used(torch.repeat_interleave,
+                            torch.Tensor.repeat_interleave):
+            return EXPAND["repeat_interleave"].verdict(call.label)
+        if _indexed_heads(call.record):
+            return EXPAND["indexed"].verdict(call.label)
+    return Verdict(
+        True, "key/value head g serves query heads g*H/H_kv to "
+              "(g+1)*H/H_kv - 1, as repeat_interleave gives")
+
+
+CHUNK = catalogue(
+    "check_chunk_mask", 14,
+    top_left=("the mask is aligned top-left (like SDPA's is_causal=True): "
+              "new token i is position past + i and sees the whole cache",
+              _ALIGN),
+    no_cache=("the keys include the cached ones: the mask is (q_len, "
+              "past + q_len)", _ALIGN),
+    no_diagonal=("a token may attend itself: j <= past + i, the diagonal "
+                 "included", _ALIGN),
+    inverted=("the mask is True where a key is hidden; True means \"may "
+              "attend\"", _ALIGN),
+    library=("the values are right, but causal_mask is the library's "
+             "answer: build the mask yourself, with torch.arange and a "
+             "comparison", _ALIGN),
+    not_bool=("the mask should be a bool tensor (True = may attend), "
+              "not ints or floats: a comparison such as j <= past + i "
+              "gives one", _ALIGN),
+)
+
+
+def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
+    """Exercise 14.3: ``fn(q_len, past)`` is the bool mask
+    ``(q_len, past + q_len)`` for a chunk of ``q_len`` new tokens after
+    ``past`` cached ones (True = may attend), built by the reader (with
+    ``torch.arange`` and a comparison, or ``tril(past)``), not with the
+    library's ``causal_mask``."""
+    names = source_names(fn)
+    used_tril = False
+    for q_len, past in ((3, 4), (1, 5), (1, 0), (4, 0), (2, 7)):
+        call = attempt(fn, q_len, past)
+        if call.verdict is not None:
+            return call.verdict
+        expected = causal_mask(q_len, past + q_len)
+        ones = torch.ones(q_len, past + q_len, dtype=torch.bool)
+        # The values first: a top-left tril is named as the alignment
+        # mistake it is, whatever built it (and whatever its dtype).
+        value = call.value
+        if isinstance(value, torch.Tensor) and value.dtype != torch.bool \
+                and value.shape == ones.shape and past \
+                and torch.equal(value != 0, ones.tril()):
+            return CHUNK["top_left"].verdict(call.label)
+        if isinstance(value, torch.Tensor) and value.dtype != torch.bool \
+                and value.shape == ones.shape:
+            return CHUNK["not_bool"].verdict(call.label)
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(q_len, past + q_len)",
+            mistakes=[
+                (CHUNK["top_left"], ones.tril()),
+                (CHUNK["no_cache"], causal_mask(q_len)),
+                (CHUNK["no_diagonal"], ones.tril(past - 1)),
+                (CHUNK["inverted"], ~expected),
+            ])
+        if problem is not None:
+            return problem
+        if names & {"causal_mask", "sliding_window_mask"}:
+            return CHUNK["library"].verdict(call.label)
+        used_tril |= bool(call.record.used(
+            torch.tril, torch.Tensor.tril, torch.triu, torch.Tensor.triu,
+            torch.tril_indices, torch.triu_indices)) \
+            or bool(names & {"tril", "triu"})
+    if used_tril:
+        return Verdict(
+            True, "tril(past) keeps the diagonal offset by past, which is "
+                  "the bottom-right alignment; the comparison j <= past + "
+                  "i says the same without a library call")
+    return Verdict(
+        True, "new token i is position past + i: it sees keys 0 to "
+              "past + i, as causal_mask(q_len, past + q_len) does")

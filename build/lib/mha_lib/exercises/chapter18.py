@@ -1,0 +1,212 @@
+"""Checkers for chapter 18's exercises (multi-head latent attention)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from mha_lib.cache import KVCache
+from mha_lib.exercises.verdict import (
+    Verdict,
+    attempt,
+    catalogue,
+    check_number,
+    check_tensor,
+)
+from mha_lib.latent import MultiHeadLatentAttention
+
+__all__ = ["check_absorbed_query", "check_latent_cache_bytes",
+           "check_key_projection"]
+
+_ABSORBED = "The absorbed form"
+_LATENT = "Keys and values from a latent"
+_TABLE = "One table: what each design caches"
+
+ABSORB = catalogue(
+    "check_absorbed_query", 18,
+    not_per_head=("w_uk holds one (D, C) block per head, stacked by rows: "
+                  "unflatten its first axis into (H, D) and multiply each "
+                  "head's queries by its own block", _ABSORBED),
+    head_minor=("the rows of w_uk are grouped head by head, "
+                "unflatten(0, (H, D)), not (D, H)", _LATENT),
+    transposed=("the latent query is W_uk[h]^T q_h: with q as rows that "
+                "is q @ w_uk[h], not q @ w_uk[h].T", _ABSORBED),
+    scaled=("no scale here: the latent query only moves W_uk[h] to the "
+            "query side; the scores are scaled later, by 1/sqrt(D + R), "
+            "as in the explicit form", _ABSORBED),
+    head_zero=("every head used head 0's block, w_uk[:D]: head h has its "
+               "own W_uk[h], rows h*D to (h+1)*D - 1 of w_uk; "
+               "w_uk.unflatten(0, (H, D)) stacks them for one batched "
+               "product", _ABSORBED),
+    unchanged=("that is q unchanged: head h's queries are multiplied by "
+               "its block W_uk[h], rows h*D to (h+1)*D - 1 of w_uk, "
+               "which takes them from D to C features", _ABSORBED),
+)
+
+
+def _explain_absorb(error: BaseException, record) -> object:
+    return ABSORB["not_per_head"] if "shape" in str(error) \
+        or "size" in str(error) else None
+
+
+def check_absorbed_query(
+    fn: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor],
+) -> Verdict:
+    """Exercise 18.1: ``fn(q, w_uk, num_heads)`` maps queries
+    ``(B, H, L, D)`` to the latent space, ``(B, H, L, C)``, so that
+    ``fn(q, w_uk, H) @ c.T`` equals ``q @ k.T`` for the keys
+    ``k = split_heads(c @ w_uk.T)`` rebuilt from latents ``c`` ``(L, C)``;
+    ``w_uk`` is ``k_up.weight``, ``(H * D, C)``."""
+    generator = torch.Generator().manual_seed(18)
+    # D = C first: there a transposed block still fits the shapes
+    for batch, heads, length, head_dim, latent in ((2, 3, 2, 3, 3),
+                                                   (2, 4, 5, 3, 6),
+                                                   (1, 2, 3, 4, 2),
+                                                   (1, 1, 4, 2, 5)):
+        q = torch.randn(batch, heads, length, head_dim, generator=generator)
+        w_uk = torch.randn(heads * head_dim, latent, generator=generator)
+        c = torch.randn(length, latent, generator=generator)
+        call = attempt(fn, q, w_uk, heads, explain=_explain_absorb)
+        if call.verdict is not None:
+            return call.verdict
+        blocks = w_uk.unflatten(0, (heads, head_dim))  # (H, D, C)
+        expected = q @ blocks  # (B, H, L, C)
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(B, H, L, C)",
+            atol=1e-4, rtol=1e-4, mistakes=[
+                (ABSORB["head_minor"], partial(
+                    torch.matmul, q, w_uk.unflatten(
+                        0, (head_dim, heads)).transpose(0, 1))),
+                (ABSORB["transposed"], partial(torch.matmul, q, blocks.mT)),
+                (ABSORB["scaled"], partial(torch.div, expected,
+                                           head_dim ** 0.5)),
+                (ABSORB["head_zero"], partial(torch.matmul, q, blocks[0])),
+                (ABSORB["unchanged"], q),
+            ])
+        if problem is not None:
+            return problem
+        # what the exercise promises: the scores against the latents
+        keys = (c @ w_uk.T).unflatten(-1, (heads, head_dim)).transpose(
+            0, 1)  # (H, L, D)
+        problem = check_tensor(f"{call.label} @ c.T", call.value @ c.T,
+                               q @ keys.transpose(-2, -1), atol=1e-4,
+                               rtol=1e-4)
+        if problem is not None:
+            return problem
+    return Verdict(True, "q_h . (W_uk[h] c) = (W_uk[h]^T q_h) . c: the "
+                         "key up-projection moves to the query side")
+
+
+CACHE = catalogue(
+    "check_latent_cache_bytes", 18,
+    per_head=("that is a multi-head cache of keys and values; this one "
+              "holds the latent and the rotary key", _TABLE),
+    factor_two=("no factor 2: one latent serves both keys and values",
+                _TABLE),
+    no_rope=("the rotary key is cached too, beside the latent: C + R "
+             "numbers per token", "Positions need their own key"),
+    rope_twice=("one rotary key of R numbers per token, shared by all "
+                "heads; the values have no rotary part, and the queries "
+                "are not cached: C + R", "Positions need their own key"),
+    bits=("that counts bits: bytes_per_number is already in bytes",
+          _TABLE),
+    all_layers=("that is DeepSeek-V2's 60 layers: the function gives one "
+                "layer's cache; multiply by the layers only in the "
+                "question after it", _TABLE),
+)
+
+
+def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
+    """Exercise 18.2: ``fn(kv_latent_dim, rope_dim, length, batch,
+    bytes_per_number)`` is the memory, in bytes, of one layer's cache of
+    :class:`~mha_lib.MultiHeadLatentAttention` after ``length`` tokens
+    (measured: a module fills a real :class:`~mha_lib.KVCache`)."""
+    for latent, rope, length, batch, dtype, heads in (
+            (6, 2, 5, 2, torch.float32, 4), (4, 4, 3, 1, torch.float64, 2),
+            (8, 2, 7, 3, torch.bfloat16, 8)):
+        with torch.random.fork_rng():  # leave the reader's state alone
+            module = MultiHeadLatentAttention(16, heads, latent,
+                                              rope).to(dtype)
+        cache = KVCache()
+        with torch.no_grad():
+            module(torch.zeros(batch, length, 16, dtype=dtype),
+                   is_causal=True, cache=cache)
+        size = torch.empty((), dtype=dtype).element_size()
+        call = attempt(fn, latent, rope, length, batch, size)
+        if call.verdict is not None:
+            return call.verdict
+        full = cache.nbytes
+        tokens = length * batch * size
+        problem = check_number(call.label, call.value, full, mistakes=[
+            (CACHE["per_head"], 2 * 16 * tokens),
+            (CACHE["factor_two"], 2 * full),
+            (CACHE["factor_two"], (2 * latent + rope) * tokens),
+            (CACHE["no_rope"], latent * tokens),
+            (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
+            (CACHE["bits"], 8 * full),
+            (CACHE["all_layers"], 60 * full),
+        ])
+        if problem is not None:
+            return problem
+    return Verdict(True, "(C + R) x L x B x bytes per number, whatever the "
+                         "number of heads")
+
+
+KEY = catalogue(
+    "check_key_projection", 18,
+    transposed=("W is transposed: nn.Linear computes x @ weight.T, so W "
+                "is (H * D, d_model), k_up.weight @ kv_down.weight",
+                _LATENT),
+    wrong_order=("kv_down comes first, then k_up: the product is "
+                 "k_up.weight @ kv_down.weight, the later layer on the "
+                 "left", _LATENT),
+    values=("that is the value projection (v_up); the keys go through "
+            "k_up", _LATENT),
+)
+
+
+def _explain_key(error: BaseException, record) -> object:
+    return KEY["wrong_order"] if "shape" in str(error) \
+        or "size" in str(error) else None
+
+
+def check_key_projection(
+    fn: Callable[[MultiHeadLatentAttention], torch.Tensor],
+) -> Verdict:
+    """Exercise 18.3: ``fn(module)`` is the one matrix ``W`` ``(H * D,
+    d_model)`` with ``k_up(kv_down(x)) = x @ W.T`` (``bias=False``): the
+    key projection that the latent factors into two."""
+    generator = torch.Generator().manual_seed(19)
+    for d_model, heads, latent in ((16, 4, 6), (12, 3, 2), (8, 2, 8)):
+        with torch.random.fork_rng():  # leave the reader's state alone
+            torch.manual_seed(19 + d_model)
+            module = MultiHeadLatentAttention(d_model, heads, latent, 2)
+        x = torch.randn(2, 5, d_model, generator=generator)
+        call = attempt(fn, module,
+                       shown=f"MultiHeadLatentAttention({d_model}, "
+                             f"{heads}, {latent}, 2)",
+                       explain=_explain_key)
+        if call.verdict is not None:
+            return call.verdict
+        up, down = module.k_up.weight, module.kv_down.weight
+        with torch.no_grad():
+            expected = up @ down  # (H * D, d_model)
+            problem = check_tensor(
+                call.label, call.value, expected, axes="(H * D, d_model)",
+                mistakes=[
+                    (KEY["transposed"], expected.T),
+                    (KEY["wrong_order"], partial(torch.matmul, down, up)),
+                    (KEY["values"], module.v_up.weight @ down),
+                ])
+            if problem is not None:
+                return problem
+            given = x @ call.value.detach().T
+            problem = check_tensor(
+                f"x @ {call.label}.T", given,
+                module.k_up(module.kv_down(x)))
+        if problem is not None:
+            return problem
+    return Verdict(True, "W = k_up.weight @ kv_down.weight, of rank at "
+                         "most kv_latent_dim")

@@ -1,0 +1,77 @@
+"""The GPU record the book quotes (``mha_lib.gpu_record``): the script runs, and the
+shipped record holds what chapters 11, 13 and 17 read from it.
+
+The record was measured on an H200; CI has no GPU, so here the script runs its fast
+sections at tiny sizes on the CPU (``--smoke``), and the record is checked for the
+relations the chapters state (each would fail on a record that contradicted them).
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from mha_lib.gpu_record import main, recorded
+
+SECTIONS = ("env", "ceilings", "steps", "profile", "bench", "flex", "empty_rows",
+            "overhead", "bench_compiled")
+
+
+def test_the_script_runs_its_sections_on_the_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    fast = ["env", "ceilings", "steps", "empty_rows", "overhead"]
+    main(["--smoke", "--only", *fast, "--out", str(out)])
+    record = json.loads(out.read_text())
+    assert [s for s in fast if "error" in record[s]] == []
+    assert record["steps"]["shape"] == [1, 2, 64, 8]
+    assert {r["impl"] for r in record["overhead"]["rows"]} == {
+        "fused", "combined", "torch"}
+
+
+def test_the_record_is_complete_and_from_a_gpu() -> None:
+    record = recorded()
+    assert [s for s in SECTIONS if s not in record] == []
+    assert [s for s in SECTIONS if "error" in record[s]] == []
+    assert record["env"]["gpu"] == record["env_second_run"]["gpu"] == "NVIDIA H200"
+    assert [r for r in record["flex"]["rows"] if "error" in r] == []
+
+
+def test_what_the_chapters_state_holds_in_the_record() -> None:
+    record = recorded()
+    bench = record["bench"]["bfloat16"]
+    times = {(i, m, n): t for i, m, n, t in bench["times_ms"]}
+    memory = {(i, n): v for i, n, v in bench["memory_mib"]}
+    for n in bench["lengths"]:  # chapter 13: the fused path never holds L x L
+        assert memory["fused", n] * 10 < memory["explicit", n]
+        assert times["fused", "fwd", n] < times["explicit", "fwd", n]
+    steps = record["steps"]  # chapter 13's roofline: the softmax is memory-bound
+    assert steps["softmax"]["tflops"] < 5 < steps["scores Q K^T"]["tflops"]
+    flex = {(r["case"], r["L"]): r for r in record["flex"]["rows"]}
+    for (case, _n), row in flex.items():  # chapter 17: agreement within bfloat16
+        assert row["max_diff"] <= (2**-4 if case.startswith("ALiBi") else 2**-7), case
+    w, c = flex["window 256", 16384], flex["causal", 16384]  # work ~ L W, not L^2
+    assert w["blocks_computed"] * 10 < c["blocks_computed"]
+    assert w["flex_ms"] * 5 < c["flex_ms"]
+    empty = {(r["dtype"], r["backend"]): r for r in record["empty_rows"]["sdpa"]}
+    assert empty["float32", "MATH"]["zero"] and empty["bfloat16", "MATH"]["zero"]
+    assert not empty["bfloat16", "default"]["zero"]  # chapter 11: cuDNN's rows
+    assert empty["bfloat16", "default"]["nan"] == 0
+
+
+def test_an_unknown_record_is_refused() -> None:
+    with pytest.raises(ValueError, match="name must be one of"):
+        recorded("a100")
+
+
+def test_the_built_wheel_ships_the_record(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(root)], check=True, capture_output=True)
+    wheel = next(tmp_path.glob("mha_lib-*.whl"))
+    assert "mha_lib/data/h200.json" in zipfile.ZipFile(wheel).namelist()
