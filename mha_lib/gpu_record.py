@@ -22,6 +22,9 @@ it ends (a section that fails holds its error and the run goes on):
   :class:`mha_lib.bench.CombinedQKV` at L=8192;
 * ``overhead``: per length, one call alone, calls queued back to back,
   and the host's time per call, for the three fast modules;
+* ``parts``: per length, the host's time per call with an idle GPU, and
+  the GPU's time per call for each module and for its pieces (input
+  projections; SDPA on its q, k, v layout);
 * ``bench_compiled``: the forward with ``torch.compile`` of the fused
   path;
 * ``flex``: compiled FlexAttention against SDPA (dense mask,
@@ -53,6 +56,7 @@ import torch.nn.functional as F
 
 from mha_lib.alibi import alibi_bias, alibi_slopes
 from mha_lib.bench import CombinedQKV, benchmark
+from mha_lib.heads import split_heads
 from mha_lib.interop import to_torch_mha
 from mha_lib.masks import padding_mask, sliding_window_mask
 from mha_lib.mha import MultiHeadAttention
@@ -355,6 +359,84 @@ def overhead(
     }
 
 
+def parts(
+    device: str,
+    lengths: Sequence[int],
+    d_model: int,
+    heads: int,
+    calls: int = 20,
+) -> dict:
+    """Where a forward's time goes, per length, for the fused module,
+    CombinedQKV and nn.MultiheadAttention: the host's time per call with
+    an idle GPU (the Python and launch cost), and the GPU's time per call
+    with ``calls`` calls queued back to back, for the whole module, its
+    input projections, and SDPA on its own q, k, v layout."""
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(d_model, heads).to(device, torch.bfloat16)
+    ours.eval()
+    comb = CombinedQKV.like(ours).eval()
+    theirs = to_torch_mha(ours).eval()
+    rows = []
+    for L in lengths:
+        x = torch.randn(4, L, d_model, device=device, dtype=torch.bfloat16)
+        with torch.no_grad():
+            q, k, v = (
+                split_heads(p(x), heads)
+                for p in (ours.q_proj, ours.k_proj, ours.v_proj)
+            )
+            q2, k2, v2 = (
+                comb.qkv(x).view(4, L, 3, heads, -1).permute(2, 0, 3, 1, 4)
+            )
+            full = {
+                "fused": lambda: ours(x, need_weights=False),
+                "combined": lambda: comb(x),
+                "torch": lambda: theirs(x, x, x, need_weights=False),
+            }
+            row: dict = {"L": L, "host_idle_ms": {}, "queued_ms": {}}
+            for name, fn in full.items():
+                host = []
+                for _ in range(3):
+                    fn()
+                for _ in range(30):
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    fn()
+                    host.append((time.perf_counter() - t0) * 1e3)
+                row["host_idle_ms"][name] = statistics.median(host)
+            pieces = {
+                **full,
+                "fused: 3 projections": lambda: [
+                    p(x) for p in (ours.q_proj, ours.k_proj, ours.v_proj)
+                ],
+                "combined: 1 projection": lambda: comb.qkv(x),
+                "SDPA, fused's q k v": lambda: (
+                    F.scaled_dot_product_attention(q, k, v)
+                ),
+                "SDPA, combined's q k v": lambda: (
+                    F.scaled_dot_product_attention(q2, k2, v2)
+                ),
+            }
+            for name, fn in pieces.items():
+                row["queued_ms"][name] = (
+                    _median_ms(
+                        lambda: [fn() for _ in range(calls)],
+                        device,
+                        rounds=9,
+                    )
+                    / calls
+                )
+        rows.append(row)
+    return {
+        "batch": 4,
+        "d_model": d_model,
+        "heads": heads,
+        "dtype": "bfloat16",
+        "calls": calls,
+        "rows": rows,
+    }
+
+
 def flex(
     device: str,
     lengths: Sequence[int],
@@ -587,6 +669,12 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "overhead": lambda: overhead(
             device,
             [64] if smoke else [1024, 2048, 4096, 8192],
+            32 if smoke else 1024,
+            4 if smoke else 16,
+        ),
+        "parts": lambda: parts(
+            device,
+            [64] if smoke else [1024, 2048, 4096],
             32 if smoke else 1024,
             4 if smoke else 16,
         ),

@@ -17,17 +17,17 @@ import pytest
 from mha_lib.gpu_record import main, recorded
 
 SECTIONS = ("env", "ceilings", "steps", "profile", "bench", "flex", "empty_rows",
-            "overhead", "bench_compiled")
+            "overhead", "parts", "bench_compiled")
 
 
 def test_the_script_runs_its_sections_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    fast = ["env", "ceilings", "steps", "empty_rows", "overhead"]
+    fast = ["env", "ceilings", "steps", "empty_rows", "parts"]
     main(["--smoke", "--only", *fast, "--out", str(out)])
     record = json.loads(out.read_text())
     assert [s for s in fast if "error" in record[s]] == []
     assert record["steps"]["shape"] == [1, 2, 64, 8]
-    assert {r["impl"] for r in record["overhead"]["rows"]} == {
+    assert set(record["parts"]["rows"][0]["host_idle_ms"]) == {
         "fused", "combined", "torch"}
 
 
@@ -55,6 +55,11 @@ def test_what_the_chapters_state_holds_in_the_record() -> None:
     w, c = flex["window 256", 16384], flex["causal", 16384]  # work ~ L W, not L^2
     assert w["blocks_computed"] * 10 < c["blocks_computed"]
     assert w["flex_ms"] * 5 < c["flex_ms"]
+    for row in record["parts"]["rows"]:  # chapter 13: the same GPU work, more host time
+        host, gpu = row["host_idle_ms"], row["queued_ms"]
+        assert host["fused"] > 1.3 * host["combined"]
+        ratio = gpu["SDPA, fused's q k v"] / gpu["SDPA, combined's q k v"]
+        assert 0.9 < ratio < 1.1
     empty = {(r["dtype"], r["backend"]): r for r in record["empty_rows"]["sdpa"]}
     assert empty["float32", "MATH"]["zero"] and empty["bfloat16", "MATH"]["zero"]
     assert not empty["bfloat16", "default"]["zero"]  # chapter 11: cuDNN's rows
