@@ -25,6 +25,11 @@ it ends (a section that fails holds its error and the run goes on):
 * ``parts``: per length, the host's time per call with an idle GPU, and
   the GPU's time per call for each module and for its pieces (input
   projections; SDPA on its q, k, v layout);
+* ``decode``: one-token decoding steps after a 4,096-token cache
+  (d_model 4096, 32 heads, batch 16): SDPA's default dispatch against the
+  flash and memory-efficient back ends pinned, for GQA with 32, 8 and 1
+  key/value heads, and MLA's explicit and absorbed forms (chapters 14,
+  18);
 * ``bench_compiled``: the forward with ``torch.compile`` of the fused
   path;
 * ``flex``: compiled FlexAttention against SDPA (dense mask,
@@ -437,6 +442,152 @@ def parts(
     }
 
 
+def _decode_ms(module, cache, new, pinned, **kw) -> tuple[list, list]:
+    """Milliseconds of each one-token step of ``module`` over ``new``
+    (B, T, d_model), appending to ``cache``, and the attention operators
+    of the last step; ``pinned``: SDPA limited to the flash and
+    memory-efficient back ends (math only where both refuse)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.profiler import profile as prof_
+
+    times = []
+    device = new.device.type
+
+    def ctx():
+        return (
+            sdpa_kernel(
+                [
+                    SDPBackend.FLASH_ATTENTION,
+                    SDPBackend.EFFICIENT_ATTENTION,
+                    SDPBackend.MATH,
+                ]
+            )
+            if pinned
+            else _nothing()
+        )
+
+    for t in range(new.size(1) - 1):
+        with ctx(), torch.no_grad():
+            times.append(
+                _median_ms(
+                    lambda: module(
+                        new[:, t : t + 1],
+                        cache=cache,
+                        need_weights=False,
+                        **kw,
+                    ),
+                    device,
+                    rounds=1,
+                    warmup=0,
+                )
+            )
+    with ctx(), torch.no_grad(), prof_() as prof:
+        module(new[:, -1:], cache=cache, need_weights=False, **kw)
+    ops = sorted(
+        {
+            e.key[:60]
+            for e in prof.key_averages()
+            if "attention" in e.key.lower()
+        }
+    )
+    return times, ops
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def decode(
+    device: str,
+    d_model: int,
+    heads: int,
+    prompt: int,
+    batch: int,
+    steps: int,
+) -> dict:
+    """One-token decoding steps after a ``prompt``-token cache, bfloat16
+    on a GPU: SDPA's default dispatch against flash/efficient pinned
+    (chapter 14's note); GQA with 32, 8 and 1 key/value heads; MLA's
+    explicit and absorbed forms (chapters 14, 18). Each step is timed
+    alone (synchronized); medians over ``steps`` steps."""
+    import copy
+
+    from mha_lib.cache import KVCache
+    from mha_lib.gqa import GroupedQueryAttention
+    from mha_lib.latent import MultiHeadLatentAttention
+
+    dt = torch.bfloat16 if device == "cuda" else torch.float32
+    torch.manual_seed(0)
+    x = torch.randn(batch, prompt, d_model, device=device, dtype=dt)
+    new = torch.randn(batch, steps, d_model, device=device, dtype=dt)
+    out: dict = {
+        "d_model": d_model,
+        "heads": heads,
+        "prompt": prompt,
+        "batch": batch,
+        "steps": steps,
+        "dtype": str(dt).removeprefix("torch."),
+    }
+
+    def filled(module, **kw):
+        cache = KVCache()
+        with torch.no_grad():
+            module(x, is_causal=True, cache=cache, need_weights=False, **kw)
+        return cache
+
+    rows = []
+    for kv in (heads, heads // 4, 1):
+        module = GroupedQueryAttention(d_model, heads, kv).to(device, dt)
+        module.eval()
+        base = filled(module)
+        head_dim = d_model // heads
+        row: dict = {
+            "module": f"GQA H_kv={kv}",
+            "kv_heads": kv,
+            "cache_bytes": 2
+            * batch
+            * kv
+            * prompt
+            * head_dim
+            * (2 if dt == torch.bfloat16 else 4),
+        }
+        for pinned in (False, True):
+            times, ops = _decode_ms(
+                module, copy.deepcopy(base), new, pinned
+            )
+            row[("pinned" if pinned else "default") + "_ops"] = ops
+            row["pinned_ms" if pinned else "default_ms"] = (
+                statistics.median(times)
+            )
+            row[("pinned" if pinned else "default") + "_first_ms"] = times[
+                0
+            ]
+        rows.append(row)
+    mla = MultiHeadLatentAttention(
+        d_model, heads, 4 * (d_model // heads), d_model // heads // 2
+    ).to(device, dt)
+    mla.eval()
+    base = filled(mla)
+    for absorb in (False, True):
+        times, ops = _decode_ms(
+            mla, copy.deepcopy(base), new, True, absorb=absorb
+        )
+        rows.append(
+            {
+                "module": "MLA " + ("absorbed" if absorb else "explicit"),
+                "pinned_ms": statistics.median(times[1:]),
+                "pinned_first_ms": times[0],
+                "pinned_ops": ops,
+            }
+        )
+    out["rows"] = rows
+    return out
+
+
 def flex(
     device: str,
     lengths: Sequence[int],
@@ -677,6 +828,14 @@ def main(argv: Sequence[str] | None = None) -> dict:
             [64] if smoke else [1024, 2048, 4096],
             32 if smoke else 1024,
             4 if smoke else 16,
+        ),
+        "decode": lambda: decode(
+            device,
+            32 if smoke else 4096,
+            4 if smoke else 32,
+            16 if smoke else 4096,
+            2 if smoke else 16,
+            4 if smoke else 12,
         ),
         "bench_compiled": lambda: _result_json(
             benchmark(

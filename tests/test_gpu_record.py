@@ -17,7 +17,7 @@ import pytest
 from mha_lib.gpu_record import main, recorded
 
 SECTIONS = ("env", "ceilings", "steps", "profile", "bench", "flex", "empty_rows",
-            "overhead", "parts", "bench_compiled")
+            "overhead", "parts", "decode", "bench_compiled")
 
 
 def test_the_script_runs_its_sections_on_the_cpu(tmp_path: Path) -> None:
@@ -60,6 +60,12 @@ def test_what_the_chapters_state_holds_in_the_record() -> None:
         assert host["fused"] > 1.3 * host["combined"]
         ratio = gpu["SDPA, fused's q k v"] / gpu["SDPA, combined's q k v"]
         assert 0.9 < ratio < 1.1
+    decode = {r["module"]: r for r in record["decode"]["rows"]}  # chapter 14's note
+    for kv in (32, 8, 1):  # cuDNN's plan per shape: a decoding step pays it each time
+        row = decode[f"GQA H_kv={kv}"]
+        assert row["default_ms"] > 10 * row["pinned_ms"]
+        assert any("cudnn" in op for op in row["default_ops"])
+    assert decode["MLA absorbed"]["pinned_ms"] < decode["MLA explicit"]["pinned_ms"]
     empty = {(r["dtype"], r["backend"]): r for r in record["empty_rows"]["sdpa"]}
     assert empty["float32", "MATH"]["zero"] and empty["bfloat16", "MATH"]["zero"]
     assert not empty["bfloat16", "default"]["zero"]  # chapter 11: cuDNN's rows
