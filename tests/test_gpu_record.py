@@ -78,11 +78,17 @@ def test_an_unknown_record_is_refused() -> None:
 
 
 def test_the_built_wheel_ships_the_record(tmp_path: Path) -> None:
+    import shutil
     import subprocess
     import sys
 
     root = Path(__file__).parent.parent
+    source = tmp_path / "src"  # a copy: setuptools writes build/ beside the sources
+    shutil.copytree(root / "mha_lib", source / "mha_lib",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(root)], check=True, capture_output=True)
+                    "-q", "-w", str(tmp_path), str(source)], check=True, capture_output=True)
     wheel = next(tmp_path.glob("mha_lib-*.whl"))
     assert "mha_lib/data/h200.json" in zipfile.ZipFile(wheel).namelist()
