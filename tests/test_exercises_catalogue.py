@@ -354,6 +354,8 @@ def sdpa(m, x, mask=None, how="right"):
     elif how == "length_scale":  # 1 / sqrt(L): a sequence length
         kwargs = {"scale": 1 / math.sqrt(x.size(1))}
     heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, **kwargs)
+    if how == "right" and mask is not None:  # rows with no key: zeros
+        heads = heads.masked_fill(~mask.any(-1, keepdim=True), 0.0)
     if how == "nan":  # a row norm that divides zero by zero
         size = heads.abs().sum(-1, keepdim=True)
         heads = heads / size * size
@@ -373,6 +375,8 @@ def sdpa_transpose(m, x, mask=None):
     heads = [p(x).view(batch, length, m.num_heads, -1).transpose(1, 2)
              for p in (m.q_proj, m.k_proj, m.v_proj)]
     out = F.scaled_dot_product_attention(*heads, attn_mask=mask)
+    if mask is not None:  # a query with no key: zeros, as m gives
+        out = torch.where(mask.any(-1, keepdim=True), out, 0.0)
     return m.out_proj(out.transpose(1, 2).reshape(batch, length, d_model))
 
 
@@ -2907,3 +2911,27 @@ WRONG["check_softmax_jacobian"]["diagonal_right"] = lambda: (
 WRONG["check_receptive_field"]["power"] = lambda: (lambda w, n: w ** n,)
 WRONG["check_softcap_score_mod"]["scaled_again/by_d"] = lambda: (
     lambda cap: lambda s, b, h, q, kv: cap * torch.tanh(s / 8 / cap),)
+
+# --- chapter 11: more planted mistakes ---
+# Exercise 11.3: the kernel's row for a query with no key kept as it is
+# (zeros on the CPU, finite non-zero values from cuDNN on an H200), with
+# the bool mask or an additive -inf one; right: that row zeroed after
+# the kernel.
+
+def _sdpa_rows(m, x, mask=None, how="kept"):
+    q, k, v = (split_heads(p(x), m.num_heads)
+               for p in (m.q_proj, m.k_proj, m.v_proj))
+    given = mask
+    if mask is not None and how == "additive":
+        given = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    heads = F.scaled_dot_product_attention(q, k, v, attn_mask=given)
+    if mask is not None and how == "zeroed":
+        heads = heads.masked_fill(~mask.any(-1, keepdim=True), 0.0)
+    return m.out_proj(merge_heads(heads))
+
+
+WRONG["check_sdpa_attention"]["not_zeroed"] = lambda: (_sdpa_rows,)
+WRONG["check_sdpa_attention"]["not_zeroed/additive"] = lambda: (
+    lambda m, x, mask=None: _sdpa_rows(m, x, mask, "additive"),)
+RIGHT["check_sdpa_attention"].append(lambda: (
+    lambda m, x, mask=None: _sdpa_rows(m, x, mask, "zeroed"),))

@@ -9,6 +9,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from mha_lib.exercises.verdict import (
     Verdict,
@@ -390,6 +391,12 @@ SDPA = catalogue(
                  "softmax spreads it uniformly; zero those rows, as m "
                  "does", "Where PyTorch differs: a query with "
                          "nothing to attend to"),
+    not_zeroed=("a query with no key to attend keeps what the kernel "
+                "returns on its row: zeros on the CPU, but finite "
+                "non-zero values from cuDNN's kernel (the default in "
+                "fp16 and bf16 on an H200) and from this check's; zero "
+                "those rows yourself, as m does", "Where PyTorch "
+                "differs: a query with nothing to attend to"),
     no_gradient=("the gradients of m's weights differ from the module's: "
                  "no .detach(), .data or torch.no_grad() on the way",
                  _FUNCTIONAL),
@@ -449,6 +456,34 @@ def _wrong_sdpa(m: MultiHeadAttention, x: torch.Tensor,
         return m.out_proj(merged)
 
 
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p",
+              "is_causal", "scale", "enable_gqa")
+
+
+class _NonZeroEmptyRows(TorchFunctionMode):
+    """``F.scaled_dot_product_attention`` as cuDNN's kernel behaves (on
+    an H200, torch 2.11, fp16 and bf16): on a query whose every key is
+    masked it returns finite non-zero values, here that query's output
+    without the mask; every other row, and every other function, as
+    PyTorch computes it."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is not F.scaled_dot_product_attention:
+            return out
+        bound = dict(zip(_SDPA_ARGS, args, strict=False)) | kwargs
+        mask = bound.get("attn_mask")
+        if not isinstance(mask, torch.Tensor):
+            return out
+        empty = (~mask.any(dim=-1, keepdim=True) if mask.dtype == torch.bool
+                 else mask.isneginf().all(dim=-1, keepdim=True))
+        if not empty.any():
+            return out
+        unmasked = func(**(bound | {"attn_mask": None}))
+        return torch.where(empty, unmasked, out)  # (B, H, L, D)
+
+
 def _seen(called: list, *_: object) -> None:
     called.append(True)  # the module itself was called
 
@@ -461,7 +496,8 @@ def check_sdpa_attention(
     with ``m``'s layers and
     ``torch.nn.functional.scaled_dot_product_attention`` for the
     attention, gradients and a query with nothing to attend to
-    included."""
+    included: that query's row is checked again with a kernel that
+    returns finite non-zero values there, as cuDNN's does."""
     generator = torch.Generator().manual_seed(1111)
     for d_model, num_heads in ((8, 4), (12, 3)):
         m = _module(d_model, num_heads, True, seed=d_model).train()
@@ -529,6 +565,8 @@ def check_sdpa_attention(
             if any(g is None or not torch.allclose(g, w, atol=1e-4)
                    for g, w in zip(got, grads, strict=True)):
                 return SDPA["no_gradient"].verdict(call.label)
+            if name == "a sentence of length 0":  # checked again below
+                empty_case = (m, x, mask, want.detach())
     with torch.random.fork_rng():  # a module with dropout, in eval mode
         torch.manual_seed(8)
         m = MultiHeadAttention(8, 4, dropout=0.5).eval()
@@ -545,5 +583,14 @@ def check_sdpa_attention(
         m(x, mask=causal_mask(6))[0].detach(), axes="(B, L, d_model)")
     if problem is not None:
         return problem
+    m, x, mask, want = empty_case
+    with _NonZeroEmptyRows():  # a kernel that does not zero such rows
+        call = attempt(fn, m, x, mask, shown="m, x, a sentence of length 0",
+                       explain=_explain_sdpa)
+    if call.verdict is not None:
+        return call.verdict
+    if not torch.allclose(call.value, want, atol=1e-5):
+        return SDPA["not_zeroed"].verdict(
+            f"{call.label}, with a kernel that does not zero such rows")
     return Verdict(
         True, "the fused kernel takes the library's bool mask as it is")
