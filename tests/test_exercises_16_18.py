@@ -9,13 +9,13 @@ import torch
 from mha_lib.exercises import (
     check_absorbed_query,
     check_alibi_slopes,
+    check_bidirectional_alibi,
+    check_document_window_mod,
     check_key_projection,
     check_latent_cache_bytes,
-    check_receptive_field,
     check_rotary_complex,
     check_rotate_half,
     check_unturned_pairs,
-    check_window_mask_mod,
 )
 
 
@@ -64,20 +64,23 @@ def test_unturned_pairs():
     assert not check_unturned_pairs(wrong)
 
 
-def window_mod(window):
+def document_window(document_id, window):
     def mask_mod(b, h, q_idx, kv_idx):
-        return (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+        return ((document_id[q_idx] == document_id[kv_idx])
+                & (q_idx >= kv_idx) & (q_idx - kv_idx < window))
     return mask_mod
 
 
-def test_window_mask_mod():
-    assert check_window_mask_mod(window_mod)
-    too_wide = check_window_mask_mod(
-        lambda w: lambda b, h, i, j: (i >= j) & (i - j <= w))
-    assert not too_wide and "counts the query itself" in too_wide.message
-    future = check_window_mask_mod(lambda w: lambda b, h, i, j: i - j < w)
-    assert not future and "future" in future.message
-    not_bool = check_window_mask_mod(lambda w: lambda b, h, i, j: (i - j).float())
+def test_document_window_mod():
+    assert check_document_window_mod(document_window)
+    leak = check_document_window_mod(
+        lambda d, w: lambda b, h, i, j: (i >= j) & (i - j < w))
+    assert not leak and "document boundary" in leak.message
+    future = check_document_window_mod(
+        lambda d, w: lambda b, h, i, j: (d[i] == d[j]) & (i - j < w))
+    assert not future and "later keys" in future.message
+    not_bool = check_document_window_mod(
+        lambda d, w: lambda b, h, i, j: (i - j).float())
     assert not not_bool and "bool" in not_bool.message
 
 
@@ -95,10 +98,14 @@ def test_alibi_slopes():
     assert not check_alibi_slopes(lambda n: [1 / (h + 1) for h in range(n)])
 
 
-def test_receptive_field():
-    assert check_receptive_field(lambda w, n: n * (w - 1))
-    assert not check_receptive_field(lambda w, n: n * w)
-    assert not check_receptive_field(lambda w, n: w - 1)
+def test_bidirectional_alibi():
+    assert check_bidirectional_alibi(
+        lambda m: lambda s, b, h, i, j: s - m[h] * (i - j).abs())
+    one_sided = check_bidirectional_alibi(
+        lambda m: lambda s, b, h, i, j: s + m[h] * (j - i))
+    assert not one_sided and "both sides" in one_sided.message
+    assert not check_bidirectional_alibi(
+        lambda m: lambda s, b, h, i, j: s - m[h] * (i - j) ** 2)
 
 
 def test_absorbed_query():

@@ -655,22 +655,6 @@ def unturned_loop(head_dim, base, length):
 
 # --- chapter 17 -----------------------------------------------------------
 
-def window_mod(window, how="right"):
-    def mask_mod(b, h, q_idx, kv_idx):
-        if how == "and":
-            return (q_idx >= kv_idx) and (q_idx - kv_idx < window)
-        near = {"right": q_idx - kv_idx < window, "more": q_idx - kv_idx <= window,
-                "less": q_idx - kv_idx < window - 1, "future": q_idx - kv_idx < window,
-                "inverted": q_idx - kv_idx < window}[how]
-        allowed = near if how == "future" else (q_idx >= kv_idx) & near
-        return ~allowed if how == "inverted" else allowed
-    return mask_mod
-
-
-def window_mod_other(window):
-    return lambda b, h, q, kv: (kv <= q) & (kv > q - window)
-
-
 def slopes_power_of_two(n):
     return [2 ** (-8 * (i + 1) / n) for i in range(n)]
 
@@ -696,11 +680,6 @@ def slopes_float32(n):
     return power(p) + power(2 * p)[0::2][:n - p]
 
 
-def receptive_loop(window, num_layers):
-    reach = 0
-    for _ in range(num_layers):
-        reach += window - 1
-    return reach
 
 
 # --- chapter 18 -----------------------------------------------------------
@@ -888,12 +867,9 @@ RIGHT = {
     ],
     "check_rotary_complex": [lambda: (rope_complex,), lambda: (rope_book,)],
     "check_unturned_pairs": [lambda: (unturned,), lambda: (unturned_loop,)],
-    "check_window_mask_mod": [lambda: (window_mod,), lambda: (window_mod_other,)],
     "check_alibi_slopes": [lambda: (slopes,), lambda: (slopes_recursive,),
                            lambda: (slopes_float32,),
                            lambda: (lambda n: torch.tensor(slopes(n)),)],
-    "check_receptive_field": [lambda: (lambda w, n: n * (w - 1),),
-                              lambda: (receptive_loop,)],
     "check_absorbed_query": [lambda: (absorb_query,), lambda: (absorb_einsum,)],
     "check_latent_cache_bytes": [
         lambda: (lambda c, r, length, b, s: (c + r) * length * b * s,),
@@ -1439,15 +1415,6 @@ WRONG = {
         "all_features": lambda: (lambda d, b, n: unturned(d, b, n, pairs=d),),
         "exponent_i": lambda: (lambda d, b, n: unturned(d, b, n, two=1),),
     },
-    "check_window_mask_mod": {
-        "one_too_many": lambda: (lambda w: window_mod(w, "more"),),
-        "one_too_few": lambda: (lambda w: window_mod(w, "less"),),
-        "future": lambda: (lambda w: window_mod(w, "future"),),
-        "inverted": lambda: (lambda w: window_mod(w, "inverted"),),
-        "python_and": lambda: (lambda w: window_mod(w, "and"),),
-        "both_sides": lambda: (lambda w: lambda b, h, q, kv: (q - kv).abs() < w,),
-        "transposed": lambda: (lambda w: lambda b, h, q, kv: (kv >= q) & (kv - q < w),),
-    },
     "check_alibi_slopes": {
         "naive": lambda: (slopes_power_of_two,),
         "ascending": lambda: (lambda n: slopes(n)[::-1],),
@@ -1457,11 +1424,6 @@ WRONG = {
         "from_zero": lambda: (lambda n: [2 ** (-8 * h / n) for h in range(n)],),
         "half": lambda: (lambda n: torch.tensor(slopes(n), dtype=torch.float16),),
         "half/bfloat16": lambda: (lambda n: torch.tensor(slopes(n), dtype=torch.bfloat16),),
-    },
-    "check_receptive_field": {
-        "window_per_layer": lambda: (lambda w, n: n * w,),
-        "one_layer": lambda: (lambda w, n: w - 1,),
-        "counts_itself": lambda: (lambda w, n: n * (w - 1) + 1,),
     },
     "check_absorbed_query": {
         "not_per_head": lambda: (lambda q, w, h: q @ w,),
@@ -2296,10 +2258,6 @@ WRONG["check_pre_norm"].update({
 
 # --- chapter 17: more planted mistakes ---
 
-WRONG["check_window_mask_mod"]["reversed_sign"] = lambda: (
-    lambda w: lambda b, h, q, kv: (q >= kv) & (kv - q < w),)
-WRONG["check_window_mask_mod"]["reversed_sign/no_causal"] = lambda: (
-    lambda w: lambda b, h, q, kv: kv - q < w,)
 WRONG["check_softcap_score_mod"]["cancelled"] = lambda: (
     lambda c: lambda s, b, h, q, kv: c * torch.tanh(s) / c,)
 
@@ -2370,16 +2328,6 @@ WRONG["check_onehot_embedding"].update({
         (ids + 1) % w.size(0), w.size(0)).float() @ w,),
 })
 
-
-# --- chapter 17: more planted mistakes ---
-# Exercise 17.1: the window forgotten (plain causal attention) is named as
-# such; a reversed distance under the causal part gives the same mask.
-del WRONG["check_window_mask_mod"]["reversed_sign"]
-WRONG["check_window_mask_mod"].update({
-    "no_window": lambda: (lambda w: lambda b, h, q, kv: q >= kv,),
-    "no_window/reversed_sign": lambda: (
-        lambda w: lambda b, h, q, kv: (q >= kv) & (kv - q < w),),
-})
 
 # --- chapter 8: more planted mistakes ---
 
@@ -2721,16 +2669,6 @@ WRONG["check_tiled_softmax"].update({
                       ("flipped_correction/from_first", "flipped_from_first"),
                       ("block_max", "block_max"))})
 
-# --- chapter 17: more planted mistakes ---
-# Exercise 17.1: the query left out of its own window; Exercise 17.3: the
-# query taken out once for all the layers.
-
-WRONG["check_window_mask_mod"].update({
-    "strict": lambda: (lambda w: lambda b, h, q, kv: (q > kv) & (q - kv <= w),),
-    "strict/below": lambda: (lambda w: lambda b, h, q, kv: (q > kv) & (q - kv < w),),
-})
-WRONG["check_receptive_field"]["query_once"] = lambda: (lambda w, n: n * w - 1,)
-
 # --- chapter 13: more planted mistakes ---
 # Exercise 13.4: the sum and the output not rescaled when the max grows,
 # with each tile's own max or with the running one.
@@ -2906,9 +2844,7 @@ WRONG["check_softmax_jacobian"]["diagonal_right"] = lambda: (
     lambda s: torch.diag(s.softmax(-1) * (1 - s.softmax(-1))),)
 
 # --- chapter 17: more planted mistakes ---
-# Exercise 17.3: the reach multiplied, window ** num_layers; Exercise 17.4:
-# the score divided by D (not its root) inside the tanh.
-WRONG["check_receptive_field"]["power"] = lambda: (lambda w, n: w ** n,)
+# Exercise 17.4: the score divided by D (not its root) inside the tanh.
 WRONG["check_softcap_score_mod"]["scaled_again/by_d"] = lambda: (
     lambda cap: lambda s, b, h, q, kv: cap * torch.tanh(s / 8 / cap),)
 
@@ -2935,3 +2871,68 @@ WRONG["check_sdpa_attention"]["not_zeroed/additive"] = lambda: (
     lambda m, x, mask=None: _sdpa_rows(m, x, mask, "additive"),)
 RIGHT["check_sdpa_attention"].append(lambda: (
     lambda m, x, mask=None: _sdpa_rows(m, x, mask, "zeroed"),))
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.1 (a window within each packed document) and Exercise 17.3
+# (bidirectional ALiBi), which replaced a window alone and the reach.
+
+
+def doc_window(document_id, window, how="right"):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[q_idx] == document_id[kv_idx]
+        if how == "and":
+            return same and (q_idx >= kv_idx) and (q_idx - kv_idx < window)
+        if how == "both_ways":
+            return same & ((q_idx - kv_idx).abs() < window)
+        near = {"right": q_idx - kv_idx < window, "more": q_idx - kv_idx <= window,
+                "less": q_idx - kv_idx < window - 1}.get(how, q_idx - kv_idx < window)
+        past = q_idx >= kv_idx
+        allowed = {"future": same & near, "leak": past & near,
+                   "no_window": same & past}.get(how, same & past & near)
+        return ~allowed if how == "inverted" else allowed
+    return mask_mod
+
+
+def doc_window_where(document_id, window):  # kv in (q - window, q]
+    def mask_mod(b, h, q, kv):
+        near = torch.where(kv <= q, kv > q - window, False)
+        return near & (document_id[kv] == document_id[q])
+    return mask_mod
+
+
+def bi_alibi(slopes, how="right"):
+    def score_mod(score, b, h, q_idx, kv_idx):
+        distance = (q_idx - kv_idx).abs()
+        if how == "sign":
+            return score + slopes[h] * distance
+        if how == "one_sided":
+            return score + slopes[h] * (kv_idx - q_idx)
+        if how == "key_only":
+            return score + slopes[h] * kv_idx
+        if how == "one_slope":
+            return score - slopes[0] * distance
+        if how == "no_score":
+            return -slopes[h] * distance
+        if how == "math":
+            return score - slopes[h] * math.fabs(q_idx - kv_idx)
+        return score - slopes[h] * distance
+    return score_mod
+
+
+RIGHT["check_document_window_mod"] = [lambda: (doc_window,),
+                                      lambda: (doc_window_where,)]
+WRONG["check_document_window_mod"] = {
+    name: (lambda how=how: (lambda d, w: doc_window(d, w, how),))
+    for name, how in (("one_too_many", "more"), ("one_too_few", "less"),
+                      ("future", "future"), ("future/both_ways", "both_ways"),
+                      ("leak", "leak"), ("no_window", "no_window"),
+                      ("inverted", "inverted"), ("python_and", "and"))}
+RIGHT["check_bidirectional_alibi"] = [
+    lambda: (bi_alibi,),
+    lambda: (lambda s: lambda score, b, h, q, kv: score - s[h] * abs(q - kv),)]
+WRONG["check_bidirectional_alibi"] = {
+    name: (lambda how=how: (lambda s: bi_alibi(s, how),))
+    for name, how in (("sign", "sign"), ("one_sided", "one_sided"),
+                      ("one_sided/key_only", "key_only"),
+                      ("one_slope", "one_slope"), ("no_score", "no_score"),
+                      ("python_math", "math"))}

@@ -106,9 +106,9 @@ from mha_lib.exercises.chapter16 import (
 )
 from mha_lib.exercises.chapter17 import (
     check_alibi_slopes,
-    check_receptive_field,
+    check_bidirectional_alibi,
+    check_document_window_mod,
     check_softcap_score_mod,
-    check_window_mask_mod,
 )
 from mha_lib.exercises.chapter18 import (
     check_absorbed_query,
@@ -172,9 +172,9 @@ __all__ = [
     "check_rotate_half",
     "check_rotary_complex",
     "check_unturned_pairs",
-    "check_window_mask_mod",
+    "check_document_window_mod",
     "check_alibi_slopes",
-    "check_receptive_field",
+    "check_bidirectional_alibi",
     "check_softcap_score_mod",
     "check_absorbed_query",
     "check_latent_cache_bytes",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
@@ -14,53 +13,42 @@ from mha_lib.exercises.verdict import (
     Verdict,
     attempt,
     catalogue,
-    check_calls,
     check_tensor,
 )
-from mha_lib.masks import sliding_window_mask
 
-__all__ = ["check_window_mask_mod", "check_alibi_slopes",
-           "check_receptive_field", "check_softcap_score_mod"]
+__all__ = ["check_document_window_mod", "check_alibi_slopes",
+           "check_bidirectional_alibi", "check_softcap_score_mod"]
 
 _WINDOW = "Sliding-window attention"
 _FLEX = "FlexAttention: masks and biases as functions"
 _ALIBI = "ALiBi: a bias instead of positions"
 
-WINDOW = catalogue(
-    "check_window_mask_mod", 17,
+DOC_WINDOW = catalogue(
+    "check_document_window_mod", 17,
     one_too_many=("each query sees one key too many: the window counts "
-                  "the query itself, q_idx - kv_idx < window", _WINDOW),
+                  "the query itself, q_idx - kv_idx < window (not <=)",
+                  _WINDOW),
     one_too_few=("each query sees one key too few: the window counts the "
                  "query itself, so q_idx - kv_idx < window (not "
                  "window - 1)", _WINDOW),
-    future=("the queries see the future: add the causal part "
+    future=("the queries see later keys of their document (a window "
+            "reaching both ways, or none back): add the causal part "
             "q_idx >= kv_idx", _WINDOW),
-    both_sides=("that window reaches both ways, |q_idx - kv_idx| < window: "
-                "a decoder's query must not see later keys, so require "
-                "q_idx >= kv_idx", _WINDOW),
-    no_window=("that is plain causal attention, every earlier key: the "
-               "window is missing (or its distance has the sign reversed, "
-               "kv_idx - q_idx < window, which every earlier key meets); "
-               "add q_idx - kv_idx < window", _WINDOW),
-    reversed_sign=("the distance has its sign reversed: kv_idx - q_idx < "
-                   "window holds for every earlier key; the query at "
-                   "q_idx is kv_idx <= q_idx, so q_idx - kv_idx < window",
-                   _WINDOW),
-    transposed=("query and key are swapped: the query at q_idx sees the "
-                "keys at q_idx - window + 1 .. q_idx, so kv_idx <= q_idx",
-                _FLEX),
+    leak=("the window reaches across a document boundary: a query may "
+          "attend only keys of its own document, document_id[q_idx] == "
+          "document_id[kv_idx]", _FLEX),
+    no_window=("that is the page's document mask, every earlier key of "
+               "the document: add the window, q_idx - kv_idx < window",
+               _FLEX),
     inverted=("the mask is True where a key is hidden; a mask_mod returns "
               "True where the query may attend", _FLEX),
-    strict=("the query does not see itself: the window counts the query "
-            "at q_idx, so q_idx >= kv_idx (not >) and q_idx - kv_idx < "
-            "window", _WINDOW),
-    python_and=("The indices are tensors: combine the two conditions with "
-                "&, not Python's and", _FLEX),
+    python_and=("The indices are tensors: combine the conditions with &, "
+                "not Python's and", _FLEX),
 )
 
 
-def _explain_window(error: BaseException, record) -> object:
-    return WINDOW["python_and"] if "ambiguous" in str(error) else None
+def _explain_and(error: BaseException, record) -> object:
+    return DOC_WINDOW["python_and"] if "ambiguous" in str(error) else None
 
 
 def _not_a_function(made, signature: str) -> Verdict:
@@ -69,48 +57,55 @@ def _not_a_function(made, signature: str) -> Verdict:
                           f"{signature}, got {type(made.value).__name__}")
 
 
-def check_window_mask_mod(fn: Callable[[int], Callable]) -> Verdict:
-    """Exercise 17.1: ``fn(window)`` returns a FlexAttention ``mask_mod(b,
-    h, q_idx, kv_idx)`` (True = may attend) equal to
-    :func:`~mha_lib.sliding_window_mask` for a square mask."""
-    for length, window in ((6, 3), (9, 1), (5, 5), (8, 20), (7, 2)):
+def check_document_window_mod(
+        fn: Callable[[torch.Tensor, int], Callable]) -> Verdict:
+    """Exercise 17.1: ``fn(document_id, window)`` returns a FlexAttention
+    ``mask_mod(b, h, q_idx, kv_idx)`` (True = may attend) for packed
+    documents under a sliding window: a query sees the keys of its own
+    document that the causal window of ``window`` positions allows."""
+    cases = (([0] * 5 + [1] * 3 + [2] * 4, 3), ([0] * 2 + [1] * 6, 4),
+             ([0, 1, 1, 2, 2, 2, 3], 2), ([0] * 4 + [1] * 5, 1),
+             ([0] * 6 + [1] * 6, 20))
+    for ids, window in cases:
+        document_id = torch.tensor(ids)  # (L,) each token's document
+        length = len(ids)
         i = torch.arange(length)[:, None]  # (L, 1) query positions
         j = torch.arange(length)[None, :]  # (1, L) key positions
         zero = torch.zeros((), dtype=torch.long)
-        made = attempt(fn, window)
+        made = attempt(fn, document_id.clone(), window,
+                       shown=f"document_id {ids}, {window}")
         if made.verdict is not None:
             return made.verdict
         if not callable(made.value):
             return _not_a_function(made, "mask_mod(b, h, q_idx, kv_idx)")
         call = attempt(made.value, zero, zero, i, j,
-                       shown="b, h, q_idx, kv_idx", explain=_explain_window)
+                       shown="b, h, q_idx, kv_idx", explain=_explain_and)
         if call.verdict is not None:
             return Verdict(False, f"the mask_mod of {made.label}: "
                                   f"{call.verdict.message}")
-        expected = sliding_window_mask(length, window)
-        past = torch.ones_like(expected)
-        itself = torch.eye(length, dtype=torch.bool)
+        # the reference, pair by pair: same document, earlier, near
+        same = torch.tensor([[a == b for b in ids] for a in ids])
+        gap = torch.tensor([[p - k for k in range(length)]
+                            for p in range(length)])  # (L, L): p - k
+        past = gap >= 0
+        expected = same & past & (gap < window)
         problem = check_tensor(
-            f"the mask_mod of {made.label} on {length} positions",
-            call.value, expected, axes="(Lq, Lk)", mistakes=[
-                (WINDOW["inverted"], ~expected),
-                (WINDOW["one_too_many"],
-                 sliding_window_mask(length, window + 1)),
-                (WINDOW["one_too_few"],
-                 partial(sliding_window_mask, length, window - 1)),
-                (WINDOW["future"], past.triu(-(window - 1))),
-                (WINDOW["both_sides"], expected | expected.T),
-                (WINDOW["transposed"], expected.T),
-                (WINDOW["no_window"], past.tril()),
-                (WINDOW["reversed_sign"], past.tril(window - 1)),
-                (WINDOW["strict"], expected & ~itself),  # q > kv, < W
-                (WINDOW["strict"],  # q > kv, <= W
-                 sliding_window_mask(length, window + 1) & ~itself),
+            f"the mask_mod of {made.label}", call.value, expected,
+            axes="(Lq, Lk)", mistakes=[
+                (DOC_WINDOW["inverted"], ~expected),
+                (DOC_WINDOW["one_too_many"],
+                 same & past & (gap < window + 1)),
+                (DOC_WINDOW["one_too_few"],
+                 same & past & (gap < window - 1)),
+                (DOC_WINDOW["future"], same & (gap < window)),
+                (DOC_WINDOW["future"], same & (gap.abs() < window)),
+                (DOC_WINDOW["leak"], past & (gap < window)),
+                (DOC_WINDOW["no_window"], same & past),
             ])
         if problem is not None:
             return problem
-    return Verdict(True, "(q_idx >= kv_idx) & (q_idx - kv_idx < window), "
-                         "the library's sliding_window_mask")
+    return Verdict(True, "(document_id[q_idx] == document_id[kv_idx]) & "
+                         "(q_idx >= kv_idx) & (q_idx - kv_idx < window)")
 
 
 SLOPES = catalogue(
@@ -213,50 +208,92 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                          "every other slope of twice that")
 
 
-REACH = catalogue(
-    "check_receptive_field", 17,
-    window_per_layer=("each layer reaches window - 1 positions further "
-                      "back, not window: the window counts the query "
-                      "itself", _WINDOW),
-    one_layer=("the layers chain: each one reaches window - 1 further back "
-               "than the one below", _WINDOW),
-    counts_itself=("count the positions before the last token, not the "
-                   "token itself", _WINDOW),
-    power=("window ** num_layers counts paths, not positions: the "
-           "layers add their reach, window - 1 each, they do not "
-           "multiply it", _WINDOW),
-    query_once=("num_layers * window - 1 takes the query out once; every "
-                "layer's window counts its own query, so each layer "
-                "reaches window - 1 back: num_layers * (window - 1)",
-                _WINDOW),
+# What math.tanh, math.fabs or float() on a tensor raises inside
+# flex_attention: a guard on a data-dependent value, or a conversion.
+_PYTHON_MATH = ("data-dependent", "real number", "python scalar")
+
+BIDIRECTIONAL = catalogue(
+    "check_bidirectional_alibi", 17,
+    sign=("the bias has the wrong sign: a far key must be penalised, "
+          "score - slopes[h] * |q_idx - kv_idx|", _ALIBI),
+    one_sided=("that penalises one direction only and favours the other "
+               "(the decoder's bias without its causal mask, or its "
+               "key-only form slopes[h] * kv_idx, which the softmax "
+               "cannot tell from it): use the distance on both sides, "
+               "(q_idx - kv_idx).abs()", _ALIBI),
+    one_slope=("every head uses the same slope: index the slopes by the "
+               "head, slopes[h]", _ALIBI),
+    no_score=("the score is gone: a score_mod returns the changed score, "
+              "score - slopes[h] * |q_idx - kv_idx|, not the bias alone",
+              _FLEX),
+    python_math=("math.fabs (or float()) takes one Python number, but the "
+                 "indices are tensors (flex_attention calls the score_mod "
+                 "on all the scores at once): use (q_idx - kv_idx).abs()",
+                 _FLEX),
 )
 
 
-def check_receptive_field(fn: Callable[[int, int], int]) -> Verdict:
-    """Exercise 17.3: ``fn(window, num_layers)`` is how many positions
-    back the last token's output can draw on after ``num_layers``
-    sliding-window layers (measured by chaining the masks)."""
-    def expected(window: int, num_layers: int) -> int:
-        length = 1 + num_layers * window + 2  # longer than the reach
-        step = sliding_window_mask(length, window).float()  # (L, L)
-        reach = torch.eye(length)
-        for _ in range(num_layers):
-            reach = (step @ reach).clamp(max=1.0)  # who reaches whom
-        first = int(reach[-1].nonzero().min())
-        return (length - 1) - first
+def check_bidirectional_alibi(
+        fn: Callable[[torch.Tensor], Callable]) -> Verdict:
+    """Exercise 17.3: ``fn(slopes)`` returns a FlexAttention ``score_mod(
+    score, b, h, q_idx, kv_idx)`` for an encoder's ALiBi, ``score -
+    slopes[h] * |q_idx - kv_idx|`` (no mask); checked through eager
+    ``flex_attention`` against the dense computation."""
+    import warnings
 
-    def wrong(window: int, num_layers: int) -> list:
-        right = expected(window, num_layers)
-        return [(REACH["window_per_layer"], num_layers * window),
-                (REACH["one_layer"], window - 1),
-                (REACH["counts_itself"], right + 1),
-                (REACH["query_once"], num_layers * window - 1),
-                (REACH["power"], window ** num_layers)]
+    from torch.nn.attention.flex_attention import flex_attention
 
-    cases = [(4, 3), (3, 1), (3, 2), (1, 5), (10, 4)]
-    return check_calls(fn, cases, expected,
-                       "each layer reaches window - 1 positions further "
-                       "back: num_layers * (window - 1)", mistakes=wrong)
+    generator = torch.Generator().manual_seed(17)
+    q, k, v = torch.randn(3, 1, 4, 7, 8, generator=generator).unbind(0)
+    q = 2 * q  # (B, H, L, D), scores of order 2
+    scores = q @ k.mT / math.sqrt(q.size(-1))  # (B, H, L, L)
+    i = torch.arange(7)[:, None]  # (L, 1) query positions
+    j = torch.arange(7)  # (L,) key positions
+    for slopes in (torch.tensor(alibi_slopes(4)),
+                   torch.tensor([1.0, 0.5, 0.3, 0.7])):
+        made = attempt(fn, slopes.clone(),
+                       shown=f"slopes {tuple(slopes.shape)}")
+        if made.verdict is not None:
+            return made.verdict
+        if not callable(made.value):
+            return _not_a_function(
+                made, "score_mod(score, b, h, q_idx, kv_idx)")
+
+        def flex_attention_with_your_score_mod(score_mod=made.value):
+            with warnings.catch_warnings():
+                warnings.filterwarnings(
+                    "ignore", message=".*without torch.compile")
+                return flex_attention(q, k, v, score_mod=score_mod)
+
+        call = attempt(flex_attention_with_your_score_mod, shown="")
+        if call.verdict is not None and any(
+                word in str(call.error).lower() for word in _PYTHON_MATH):
+            return BIDIRECTIONAL["python_math"].verdict(
+                f"the score_mod of {made.label}")
+        if call.verdict is not None:
+            return Verdict(False, f"the score_mod of {made.label}: "
+                                  f"{call.verdict.message}")
+        m = slopes[:, None, None]  # (H, 1, 1)
+
+        def out(s: torch.Tensor) -> torch.Tensor:
+            return torch.softmax(s, dim=-1) @ v  # (B, H, L, D)
+
+        distance = (i - j).abs()  # (L, L)
+        problem = check_tensor(
+            f"flex_attention with the score_mod of {made.label}",
+            call.value, out(scores - m * distance),
+            axes="(B, H, L, D)", mistakes=[
+                (BIDIRECTIONAL["sign"], out(scores + m * distance)),
+                (BIDIRECTIONAL["one_sided"], out(scores + m * (j - i))),
+                (BIDIRECTIONAL["one_sided"], out(scores - m * (j - i))),
+                (BIDIRECTIONAL["one_slope"],
+                 out(scores - slopes[0] * distance)),
+                (BIDIRECTIONAL["no_score"], out(-m * distance)),
+            ])
+        if problem is not None:
+            return problem
+    return Verdict(True, "score - slopes[h] * (q_idx - kv_idx).abs(): a "
+                         "penalty on both sides, as flash-attn adds it")
 
 
 SOFTCAP = catalogue(
@@ -282,11 +319,6 @@ SOFTCAP = catalogue(
                "(flex_attention calls the score_mod on all the scores at "
                "once): use torch.tanh", _FLEX),
 )
-
-# What math.tanh (or float()) on the score tensor raises inside
-# flex_attention: a guard on a data-dependent value, or a conversion.
-_PYTHON_MATH = ("data-dependent", "real number", "python scalar")
-
 
 def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
     """Exercise 17.4: ``fn(cap)`` returns a FlexAttention ``score_mod(
