@@ -826,10 +826,6 @@ RIGHT = {
             d, 1, f).parameters()),),
     ],
     "check_pre_norm": [lambda: (pre_norm,), lambda: (pre_norm_explicit,)],
-    "check_score_flops": [
-        lambda: (lambda b, length, d, h: 2 * b * h * length * length * (d // h),),
-        lambda: (lambda b, length, d, h: 2 * b * length ** 2 * d,),
-    ],
     "check_weights_mib": [
         lambda: (lambda b, length, h, dtype: b * h * length ** 2
                  * (torch.finfo(dtype).bits // 8) / 2 ** 20,),
@@ -1300,13 +1296,6 @@ WRONG = {
         "pair": lambda: (lambda b, x: pre_norm(b, x, "pair"),),
         "whole_block": lambda: (lambda b, x: b(x)[0],),
     },
-    "check_score_flops": {
-        "multiply_add_once": lambda: (lambda b, length, d, h: b * length ** 2 * d,),
-        "both_products": lambda: (lambda b, length, d, h: 4 * b * length ** 2 * d,),
-        "heads_times_d_model": lambda: (lambda b, length, d, h: 2 * b * h * length ** 2 * d,),
-        "linear_in_length": lambda: (lambda b, length, d, h: 2 * b * length * d,),
-        "one_head": lambda: (lambda b, length, d, h: 2 * b * length ** 2 * (d // h),),
-    },
     "check_weights_mib": {
         "megabytes": lambda: (lambda b, length, h, t: b * h * length ** 2
                               * (torch.finfo(t).bits // 8) / 1e6,),
@@ -1628,20 +1617,6 @@ for _checker, _mistakes in ROUND4_WRONG.items():
 
 
 # --- chapter 13: more planted mistakes ---
-WRONG["check_score_flops"].update({
-    "projections": lambda: (lambda b, length, d, h: 2 * b * length * d * d,),
-    "projections/qkv": lambda: (lambda b, length, d, h: 6 * b * length * d * d,),
-    "with_projections": lambda: (
-        lambda b, length, d, h: 2 * b * length ** 2 * d + 4 * b * length * d * d,),
-    "with_projections/qkv": lambda: (
-        lambda b, length, d, h: 2 * b * length ** 2 * d + 6 * b * length * d * d,),
-})
-
-
-def test_score_flops_reports_the_first_size_when_no_mistake_fits():
-    verdict = _check("check_score_flops", (lambda b, length, d, h: 7,))
-    assert not verdict and "fn(3, 6, 8, 4)" in verdict.message
-
 # --- chapter 1: more planted mistakes ---
 # `.split()` swallows runs of spaces; a stale third BPE merge ("b", "ug").
 ROUND4_CHAPTER1 = {
@@ -2936,3 +2911,49 @@ WRONG["check_bidirectional_alibi"] = {
                       ("one_sided/key_only", "key_only"),
                       ("one_slope", "one_slope"), ("no_score", "no_score"),
                       ("python_math", "math"))}
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.1: the arithmetic intensity of Q K^T, right in two styles
+# and with each classic mistake of the catalogue.
+def _intensity(b, length, d, h, dtype, mistake=""):
+    size = torch.finfo(dtype).bits // 8
+    if mistake == "bits":
+        size = torch.finfo(dtype).bits
+    elif mistake == "float32_assumed":
+        size = 4
+    elif mistake == "numbers_not_bytes":
+        size = 1
+    head_dim = d if mistake == "heads_times_d_model" else d // h
+    flops = (1 if mistake == "multiply_add_once" else 2) * (
+        b * h * length * length * head_dim)
+    square = {"result_forgotten": 0, "result_twice": 2}.get(mistake, 1) * (
+        b * h * length ** 2)
+    moved = (2 * b * length * d + square) * size
+    return moved / flops if mistake == "inverted" else flops / moved
+
+
+RIGHT["check_score_intensity"] = [
+    lambda: (_intensity,),
+    lambda: (lambda b, length, d, h, dtype: 2 * length * (d // h) / (
+        torch.empty((), dtype=dtype).element_size()
+        * (length + 2 * (d // h))),),
+]
+
+
+def _planted_intensity(mistake):
+    def wrong(b, length, d, h, dtype):
+        return _intensity(b, length, d, h, dtype, mistake)
+    return lambda: (wrong,)
+
+
+WRONG["check_score_intensity"] = {
+    name: _planted_intensity(name)
+    for name in ("multiply_add_once", "heads_times_d_model",
+                 "result_forgotten", "result_twice", "numbers_not_bytes",
+                 "bits", "float32_assumed", "inverted")
+}
+
+
+def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
+    verdict = _check("check_score_intensity", (lambda *args: 7.0,))
+    assert not verdict and "fn(3, 6, 8, 4, torch.float32)" in verdict.message

@@ -87,7 +87,6 @@ NUMBERS = [
     ("check_num_parameters", lambda d, h, b: 1000, 288),  # (8, 4, True)
     ("check_einsum_num_parameters", lambda h, d, k, v: 1, 612),  # (4, 8, 3, 5)
     ("check_block_params", lambda d, f: 1, 880),  # (8, 32)
-    ("check_score_flops", lambda b, n, d, h: 1, 1728),  # (3, 6, 8, 4)
     ("check_cache_bytes", lambda *a: 1, 20160),  # (5, 3, 4, 6, 7, 4)
     ("check_latent_cache_bytes", lambda *a: 1, 320),  # (6, 2, 5, 2, 4)
     ("check_unturned_pairs", lambda d, b, n: 1, 4),  # (8, 10000.0, 6)

@@ -84,7 +84,7 @@ from mha_lib.exercises.chapter12 import (
 )
 from mha_lib.exercises.chapter13 import (
     check_masked_tiles,
-    check_score_flops,
+    check_score_intensity,
     check_tiled_softmax,
     check_weights_mib,
 )
@@ -159,7 +159,7 @@ __all__ = [
     "check_sdpa_attention",
     "check_block_params",
     "check_pre_norm",
-    "check_score_flops",
+    "check_score_intensity",
     "check_weights_mib",
     "check_tiled_softmax",
     "check_masked_tiles",

@@ -20,8 +20,8 @@ from mha_lib.exercises.verdict import (
 )
 from mha_lib.mha import MultiHeadAttention
 
-__all__ = ["check_score_flops", "check_weights_mib", "check_tiled_softmax",
-           "check_masked_tiles"]
+__all__ = ["check_score_intensity", "check_weights_mib",
+           "check_tiled_softmax", "check_masked_tiles"]
 
 # (batch, length, d_model, num_heads): the running example, a base
 # transformer layer, a long context with many heads, a single head.
@@ -29,70 +29,84 @@ _CONFIGS = ((3, 6, 8, 4), (1, 1024, 512, 8), (8, 4096, 4096, 32),
             (2, 100, 64, 1))
 
 _WORK = "Counting the work"
+_BYTES = "Bytes: what has to move"
 _MEMORY = "Memory: the $L \\times L$ tensors"
 _FLASH = "FlashAttention: never write the $L \\times L$ matrix"
 _ONLINE = "The online softmax, with causal tiles skipped"
 
-FLOPS = catalogue(
-    "check_score_flops", 13,
+INTENSITY = catalogue(
+    "check_score_intensity", 13,
     multiply_add_once=("a multiply-add counts as 2 FLOPs, not 1", _WORK),
-    both_products=("count Q K^T only, not weights @ V as well", _WORK),
     heads_times_d_model=("each of the H heads has head_dim = d_model / H "
-                         "features: H * L^2 * head_dim, not "
+                         "features: 2 * B * H * L^2 * head_dim FLOPs, not "
                          "H * L^2 * d_model", _WORK),
-    linear_in_length=("the score matrix is L x L: L^2 dot products, each "
-                      "of head_dim multiply-adds", _WORK),
-    one_head=("that is one head's Q K^T; each of the H heads computes "
-              "its own: B * H * 2 * L^2 * head_dim", _WORK),
-    projections=("that is the cost of projections (x W^T: 2 * B * L * "
-                 "d_model^2 each, linear in L), not of Q K^T: Q and K are "
-                 "given, and the score matrix is L x L dot products of "
-                 "head_dim multiply-adds per head", _WORK),
-    with_projections=("count Q K^T alone: Q and K are given; computing "
-                      "them from x (2 * B * L * d_model^2 each) is the "
-                      "table's 'projections' row, not the scores", _WORK),
+    result_forgotten=("the product also writes S, B * H * L^2 numbers "
+                      "(more than Q and K together once L > 2 * "
+                      "head_dim): count its bytes too", _BYTES),
+    result_twice=("the product writes S once and never reads it: Q and K "
+                  "read, S written, each once", _BYTES),
+    numbers_not_bytes=("that divides by numbers moved, not bytes: "
+                       "multiply each count by the bytes per number "
+                       "(torch.finfo(dtype).bits // 8)", _BYTES),
+    bits=("that counts bits: a number of float32 is 4 bytes, of float16 "
+          "and bfloat16 2 (torch.finfo(dtype).bits // 8)", _BYTES),
+    float32_assumed=("a number of float16 or bfloat16 takes 2 bytes, not "
+                     "4: the bytes depend on the dtype", _BYTES),
+    inverted=("that is bytes per FLOP; the intensity is FLOPs per byte",
+              _BYTES),
 )
 
+_HALF_CASES = ((1, 1024, 512, 8, torch.bfloat16),
+               (4, 4096, 1024, 16, torch.float16),
+               (3, 6, 8, 4, torch.bfloat16))
 
-def _score_flops(batch: int, length: int, d_model: int,
-                 num_heads: int) -> int:
-    """FLOPs of ``Q K^T`` as PyTorch's own counter sees them (shapes only,
-    no data)."""
+
+def _score_intensity(batch: int, length: int, d_model: int,
+                     num_heads: int, dtype: torch.dtype) -> float:
+    """FLOPs of ``Q K^T`` as PyTorch's counter sees them, over the bytes of
+    Q and K read once and S written once (shapes only, no data)."""
     head_dim = d_model // num_heads
-    q = torch.empty(batch, num_heads, length, head_dim,
-                    device="meta")  # (B, H, L, D)
+    q = torch.empty(batch, num_heads, length, head_dim, dtype=dtype,
+                    device="meta")  # (B, H, L, D); K has its shape
     with FlopCounterMode(display=False) as counter:
-        q @ q.transpose(-2, -1)  # (B, H, L, L)
-    return counter.get_total_flops()
+        s = q @ q.transpose(-2, -1)  # (B, H, L, L)
+    moved = (2 * q.nelement() + s.nelement()) * q.element_size()
+    return counter.get_total_flops() / moved
 
 
-def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
-    """Exercise 13.1: ``fn(batch, length, d_model, num_heads)`` returns the
-    FLOPs of the score matrix ``Q K^T`` of self-attention (a multiply-add
-    counts as 2 FLOPs)."""
+def check_score_intensity(
+    fn: Callable[[int, int, int, int, torch.dtype], float],
+) -> Verdict:
+    """Exercise 13.1: ``fn(batch, length, d_model, num_heads, dtype)``
+    returns the arithmetic intensity (FLOPs per byte) of the score product
+    ``Q K^T`` of self-attention: reading Q and K once, writing S once."""
     first = None  # the first wrong number, if no catalogued mistake fits
-    for batch, length, d_model, num_heads in _CONFIGS:
-        call = attempt(fn, batch, length, d_model, num_heads)
+    cases = [(*c, torch.float32) for c in _CONFIGS] + list(_HALF_CASES)
+    for batch, length, d_model, num_heads, dtype in cases:
+        call = attempt(fn, batch, length, d_model, num_heads, dtype)
         if call.verdict is not None:
             return call.verdict
-        expected = _score_flops(batch, length, d_model, num_heads)
-        projection = 2 * batch * length * d_model**2  # one x W^T
-        mistakes = [
-            (FLOPS["multiply_add_once"], expected // 2),
-            (FLOPS["both_products"], 2 * expected),
-            (FLOPS["heads_times_d_model"], expected * num_heads),
-            (FLOPS["linear_in_length"], expected // length),
-            (FLOPS["one_head"], expected // num_heads),
-            (FLOPS["projections"], projection),  # Q's alone
-            (FLOPS["projections"], 2 * projection),  # Q's and K's
-            (FLOPS["projections"], 3 * projection),  # Q's, K's and V's
-            (FLOPS["with_projections"], expected + 2 * projection),
-            (FLOPS["with_projections"], expected + 3 * projection),
-        ]
+        right = _score_intensity(batch, length, d_model, num_heads, dtype)
+        size = torch.finfo(dtype).bits // 8
+        reads = 2 * length * (d_model // num_heads)  # Q and K, per head
+        if dtype == torch.float32:
+            mistakes = [
+                (INTENSITY["multiply_add_once"], right / 2),
+                (INTENSITY["heads_times_d_model"], right * num_heads),
+                (INTENSITY["result_forgotten"],
+                 right * (reads + length**2) / reads),
+                (INTENSITY["result_twice"],
+                 right * (reads + length**2) / (reads + 2 * length**2)),
+                (INTENSITY["numbers_not_bytes"], right * size),
+                (INTENSITY["bits"], right / 8),
+                (INTENSITY["inverted"], 1 / right),
+            ]
+        else:  # the float32 cases above caught the rest
+            mistakes = [(INTENSITY["float32_assumed"], right * size / 4)]
         # A number two mistakes share at these sizes names neither.
         values = [wrong for _, wrong in mistakes]
         mistakes = [(m, w) for m, w in mistakes if values.count(w) == 1]
-        problem = check_number(call.label, call.value, expected,
+        problem = check_number(call.label, call.value, right, rel=1e-6,
                                mistakes=mistakes)
         if problem is not None and any(m.message in problem.message
                                        for m, _ in mistakes):
@@ -102,8 +116,8 @@ def check_score_flops(fn: Callable[[int, int, int, int], int]) -> Verdict:
     if first is not None:
         return first
     return Verdict(
-        True, "Q K^T costs 2 * B * L^2 * d_model FLOPs: quadratic in L, "
-              "independent of the number of heads")
+        True, "2 L D / (bytes * (L + 2 D)) FLOPs per byte, whatever B and "
+              "H: about D in bfloat16 once L >> D")
 
 
 MIB = catalogue(
