@@ -289,10 +289,13 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     guaranteed on a query row that may attend nothing, as on the explicit
     path.
 
-    PyTorch's kernel gives zeros there too since 2.5 (NaN before, and on
-    some back ends still); the library does not rely on it: the kernel is
-    let attend everything on such a row (finite numbers and gradients), and
-    the row is zeroed afterwards.
+    PyTorch's kernels on the CPU give zeros there too since 2.5 (NaN
+    before), but not every back end does: cuDNN's, which CUDA picks for
+    float16 and bfloat16 with a mask, returned finite non-zero values on
+    an H200 (the ``empty_rows`` section of
+    :func:`mha_lib.gpu_record.recorded`). The library does not rely on
+    any of them: the kernel is let attend everything on such a row (finite
+    numbers and gradients), and the row is zeroed afterwards.
 
     Args:
         q: Queries ``(..., Lq, E)``, as ``F.scaled_dot_product_attention``
