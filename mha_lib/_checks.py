@@ -207,8 +207,12 @@ def check_module_dtype(name: str, x: torch.Tensor, module: nn.Module
     inputs of each layer itself, and for a module with no floating-point
     parameter (all its layers quantized, say)."""
     device = x.device.type
-    if torch.amp.is_autocast_available(device) \
-            and torch.is_autocast_enabled(device):
+    if tracing():  # is_autocast_available is not traceable before 2.12
+        autocast = torch.is_autocast_enabled(device)
+    else:
+        autocast = (torch.amp.is_autocast_available(device)
+                    and torch.is_autocast_enabled(device))
+    if autocast:
         return x
     for p in module.parameters():
         if p.is_floating_point():

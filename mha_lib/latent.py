@@ -232,19 +232,28 @@ class MultiHeadLatentAttention(nn.Module):
         w_uk, w_uv = self._up_matrices(latent, layer)  # (H, D, C + 1) each
         # [c, 1, k_r]: the 1 carries a bias of k_up or v_up (none by
         # default; a wrapper or hook may add one) into the scores and
-        # outputs.
+        # outputs. Zeros pad [c, 1] and the keys to widths divisible by 8,
+        # which PyTorch's fused GPU kernels need in 16 bits; a zero adds
+        # nothing to a score or a sum.
+        width = self.kv_latent_dim + 1
+        pad_v = (-width) % 8
+        pad_k = (-(width + pad_v + self.rope_dim)) % 8
         one = torch.ones_like(latent[..., :1])  # (B, 1, Lk, 1)
-        keys = torch.cat([latent, one, k_rope], dim=-1)  # (B, 1, Lk, C+1+R)
-        values = keys[..., :-self.rope_dim]  # (B, 1, Lk, C + 1): [c, 1]
+        zeros = latent.new_zeros(*latent.shape[:-1], pad_v + pad_k)
+        keys = torch.cat([latent, one, zeros[..., :pad_v], k_rope,
+                          zeros[..., pad_v:]], dim=-1)  # (B, 1, Lk, C+1+R)
+        values = keys[..., :width + pad_v]  # (B, 1, Lk, C + 1): [c, 1]
         # (B, H, Lq, D) @ (H, D, C + 1) -> (B, H, Lq, C + 1): keys'
         # up-projection moved to the query side
-        queries = torch.cat([q @ w_uk, q_rope], dim=-1)  # (B, H, Lq, C+1+R)
+        q_zeros = q.new_zeros(*q.shape[:-1], pad_v + pad_k)
+        queries = torch.cat([q @ w_uk, q_zeros[..., :pad_v], q_rope,
+                             q_zeros[..., pad_v:]], dim=-1)
         # One key/value "head" shared by all H heads:
         out, weights = self._attend(queries, keys, values, mask,
                                     need_weights, scale)  # (B, H, Lq, C+1)
         # (B, H, Lq, C + 1) @ (H, C + 1, D) -> (B, H, Lq, D): values'
         # up-projection
-        return out @ w_uv.transpose(1, 2), weights
+        return out[..., :width] @ w_uv.transpose(1, 2), weights
 
     def _up_matrices(self, latent: torch.Tensor, layer: LayerCache | None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
