@@ -396,3 +396,28 @@ def test_cached_absorbed_decode_compiles_fullgraph():
                 outs.append(m(x[:, :1], cache=cache, absorb=True)[0])
             outs += [compiled(x[:, t:t + 1], cache) for t in range(len(outs), 6)]
         torch.testing.assert_close(torch.cat(outs, 1), full)
+
+
+@pytest.mark.parametrize("latent_dim, rope_dim", [(16, 8), (512, 64), (13, 6)])
+def test_absorbed_form_hands_the_kernel_widths_divisible_by_8(latent_dim: int,
+                                                              rope_dim: int) -> None:
+    """The absorbed form's queries/keys [c, 1, k_r] and values [c, 1] are padded with
+    zeros to multiples of 8: PyTorch's fused GPU kernels refuse other widths in 16 bits
+    (at C = 512, R = 64 the unpadded 577/513 sent decoding to the math kernel on an
+    H200, the GPU record's decode_fourth_run). The zeros change nothing: the output
+    equals the explicit form's."""
+    from mha_lib.exercises.verdict import Recorder
+
+    torch.manual_seed(0)
+    mla = MultiHeadLatentAttention(64, 4, latent_dim, rope_dim, head_dim=16).eval()
+    x = torch.randn(2, 5, 64)
+    with torch.no_grad(), Recorder() as seen:
+        absorbed, _ = mla(x, is_causal=True, absorb=True, need_weights=False)
+    calls = seen.find(torch.nn.functional.scaled_dot_product_attention)
+    assert calls, "the fused path calls F.scaled_dot_product_attention"
+    q, k, v = calls[0][1][:3]
+    assert q.size(-1) % 8 == 0 and k.size(-1) % 8 == 0 and v.size(-1) % 8 == 0, (
+        q.shape, k.shape, v.shape)
+    with torch.no_grad():
+        explicit, _ = mla(x, is_causal=True, need_weights=False)
+    torch.testing.assert_close(absorbed, explicit, atol=1e-5, rtol=1e-5)
