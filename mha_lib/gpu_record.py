@@ -1,4 +1,4 @@
-"""What chapters 11, 13 and 17 quote for a GPU, measured in one run.
+"""What the chapters quote for a GPU, measured section by section.
 
 Run it on a machine with a CUDA GPU (a few minutes, some of it
 compiling)::
@@ -71,12 +71,23 @@ __all__ = ["main", "recorded"]
 
 def recorded(name: str = "h200") -> dict:
     """A record this module wrote, as the library ships it: ``"h200"`` is
-    the one chapters 11, 13 and 17 quote (two runs on NVIDIA H200 machines,
-    torch 2.11.0+cu130, 2026-11-28; its ``"about"`` says which section came
-    from which run).
+    the one the chapters quote (five runs on NVIDIA H200 machines, torch
+    2.11.0+cu130, 2026-11-28; its ``"about"`` says which section came from
+    which run).
 
     Args:
         name: The record's name, a file ``mha_lib/data/<name>.json``.
+
+    Returns:
+        The record as a dict, one key per section: ``"ceilings"``,
+        ``"steps"``, ``"profile"``, ``"bench"`` and ``"parts"`` (read by
+        chapter 13), ``"flex"`` (chapter 17), ``"empty_rows"`` (chapters 7
+        and 11, Appendix A), ``"decode"`` (chapters 14 and 18); also
+        ``"overhead"``, ``"bench_compiled"`` and the earlier runs of a
+        section (``"overhead_third_run"``, ``"decode_fourth_run"``), which
+        no chapter reads; ``"about"``, ``"date"``, ``"command"``,
+        ``"nvidia_smi"`` and ``"env"`` (``"env_second_run"`` and so on:
+        the torch, CUDA and cuDNN versions of each run).
     """
     from importlib.resources import files
 
