@@ -1,5 +1,5 @@
 """The GPU record the book quotes (``mha_lib.gpu_record``): the script runs, and the
-shipped record holds what chapters 11, 13 and 17 read from it.
+shipped record holds what the chapters read from it.
 
 The record was measured on an H200; CI has no GPU, so here the script runs its fast
 sections at tiny sizes on the CPU (``--smoke``), and the record is checked for the
