@@ -2957,3 +2957,9 @@ WRONG["check_score_intensity"] = {
 def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
     verdict = _check("check_score_intensity", (lambda *args: 7.0,))
     assert not verdict and "fn(3, 6, 8, 4, torch.float32)" in verdict.message
+
+# --- chapter 6: more planted mistakes ---
+# Exercise 6.1: k.transpose(1, 2), H and Lk swapped instead of Lk and D.
+WRONG["check_attention"]["transposed_batch_axis"] = lambda: (
+    lambda q, k, v: (lambda w: (w @ v, w))(torch.softmax(
+        q @ k.transpose(1, 2) / math.sqrt(q.size(-1)), -1)),)
