@@ -2957,3 +2957,17 @@ WRONG["check_score_intensity"] = {
 def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
     verdict = _check("check_score_intensity", (lambda *args: 7.0,))
     assert not verdict and "fn(3, 6, 8, 4, torch.float32)" in verdict.message
+
+# --- chapter 6: more planted mistakes ---
+# Exercise 6.1: k.transpose(1, 2), H and Lk swapped instead of Lk and D.
+WRONG["check_attention"]["transposed_batch_axis"] = lambda: (
+    lambda q, k, v: (lambda w: (w @ v, w))(torch.softmax(
+        q @ k.transpose(1, 2) / math.sqrt(q.size(-1)), -1)),)
+
+# --- chapter 8: more planted mistakes ---
+# Exercise 8.1: the heads stacked on a new axis, never joined.
+WRONG["check_concat_heads"]["stacked"] = lambda: (
+    lambda hs: torch.stack(hs, 1),)
+# Exercise 8.3: d_model biases per layer for every head.
+WRONG["check_num_parameters"]["bias_per_head"] = lambda: (
+    lambda d, h, bias=True: 4 * d * d + (4 * d * h if bias else 0),)

@@ -65,6 +65,17 @@ def _attend_swapped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return weights @ v, weights
 
 
+def _swaps_other_axes(args: tuple, kwargs: dict) -> bool:
+    """Whether a recorded ``transpose(t, a, b)`` swaps axes other than the
+    last two (``k.transpose(1, 2)`` swaps H and Lk of a 4-D ``k``)."""
+    dims = [*args[1:3], *(kwargs.get(n) for n in ("dim0", "dim1", "axis0",
+                                                  "axis1") if n in kwargs)]
+    if not args or not isinstance(args[0], torch.Tensor) or len(dims) != 2:
+        return False
+    n = args[0].dim()
+    return {int(d) % n for d in dims} != {n - 2, n - 1}
+
+
 def _explain_scores(mistake: Mistake):
     swaps = (torch.Tensor.transpose, torch.transpose,
              torch.Tensor.mT.__get__, torch.Tensor.T.__get__,
@@ -75,6 +86,10 @@ def _explain_scores(mistake: Mistake):
     def explain(error: BaseException, record) -> Mistake | None:
         if record.used(torch.Tensor.T.__get__):
             return ATTENTION["dot_T"]
+        if any(_swaps_other_axes(args, kwargs) for _, args, kwargs in
+               record.find(torch.Tensor.transpose, torch.transpose,
+                           torch.Tensor.swapaxes, torch.swapaxes)):
+            return ATTENTION["transposed_batch_axis"]
         if not record.used(*swaps):
             return mistake
         return None
@@ -154,6 +169,10 @@ ATTENTION = catalogue(
     swapped_qk=("that is k @ q^T, the keys scored against the queries: "
                 "row i of the weights must belong to query i, "
                 "q @ k.transpose(-2, -1)", _SCORES),
+    transposed_batch_axis=("k.transpose swaps two axes other than the "
+                           "last two: for (B, H, Lk, D) keys, "
+                           "k.transpose(1, 2) swaps H and Lk; swap Lk "
+                           "and D, k.transpose(-2, -1)", _SCORES),
     dot_T=("k.T reverses every axis of a batched tensor: swap only the "
            "last two, k.transpose(-2, -1) or k.mT", _SCORES),
     swapped_pair=("the pair is (weights, output); return (output, "

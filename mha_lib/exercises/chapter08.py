@@ -36,8 +36,12 @@ CONCAT = catalogue(
                 "side by side in the features, dim=-1", _CONCAT),
     interleaved=("the heads are interleaved feature by feature (stacked "
                  "on a last axis, then flattened); head h fills the block "
-                 "of features h*D .. (h+1)*D - 1", _CONCAT),
+                 "of features [h*D, (h+1)*D)", _CONCAT),
     reversed=("the heads come in reverse order: head 0 first", _CONCAT),
+    stacked=("the heads are stacked on a new axis but not joined: the "
+             "result is (B, L, H*D), the heads side by side in the "
+             "features; torch.cat(heads, dim=-1), or flatten the head "
+             "and feature axes of stack(heads, dim=-2)", _CONCAT),
     no_transpose=("the heads are stacked as (B, H, L, D) and reshaped "
                   "without moving H next to D: reshape then mixes "
                   "positions and heads; transpose to (B, L, H, D) first",
@@ -85,6 +89,8 @@ def check_concat_heads(
                 (CONCAT["interleaved"],
                  torch.stack(per_head, dim=-1).flatten(-2)),
                 (CONCAT["reversed"], torch.cat(per_head[::-1], dim=-1)),
+                *[(CONCAT["stacked"], torch.stack(per_head, dim=d))
+                  for d in range(4)],
                 (CONCAT["no_transpose"],
                  torch.stack(per_head, dim=1).reshape(batch, length, -1)),
                 (CONCAT["head_axis"],
@@ -93,7 +99,7 @@ def check_concat_heads(
         if problem is not None:
             return problem
     return Verdict(
-        True, "head h fills features h*D to (h+1)*D, as in merge_heads")
+        True, "head h fills features [h*D, (h+1)*D), as in merge_heads")
 
 
 MASKED = catalogue(
@@ -205,6 +211,10 @@ PARAMETERS = catalogue(
     head_biases=("each layer has d_model biases, one per output feature: "
                  "the heads slice them as they slice the weights, d_k = "
                  "d_model / H each, H * d_k = d_model in all", _MODULE),
+    bias_per_head=("that gives every head its own d_model biases in each "
+                   "layer; the heads slice each layer's d_model biases "
+                   "as they slice its weights, so 4 * d_model in all",
+                   _MODULE),
     built_module=("that builds a module and counts its parameters; the "
                   "exercise counts from the shapes alone", _MODULE),
 )
@@ -235,6 +245,9 @@ def _wrong_counts(d: int, h: int, bias: bool) -> list:
             (PARAMETERS["one_bias"], 4 * d * d + (4 if bias else 0)),
             (PARAMETERS["head_biases"], 4 * d * d + (4 * (d // h)
                                                      if bias else 0)),
+            (PARAMETERS["bias_per_head"], 4 * d * d + b * h),
+            (PARAMETERS["bias_per_head"], 4 * d * d + 3 * b // 4 * h
+             + b // 4),
             (PARAMETERS["per_head"], (4 * d * d + b) // h),
             (PARAMETERS["head_matrices"], (4 * d * d + b) * h),
             (PARAMETERS["head_matrices"], 4 * h * d * d + b),
