@@ -2957,3 +2957,11 @@ WRONG["check_score_intensity"] = {
 def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
     verdict = _check("check_score_intensity", (lambda *args: 7.0,))
     assert not verdict and "fn(3, 6, 8, 4, torch.float32)" in verdict.message
+# Exercise 15.1: the separator left out (12 tokens); Exercise 15.2:
+# F.nll_loss on probabilities (a softmax, no log).
+WRONG["check_copy_batch"]["no_separator/dropped"] = lambda: (
+    lambda n, g: (lambda d: torch.cat([d, d], dim=1))(
+        torch.randint(10, (n, N), generator=g)),)
+WRONG["check_answer_loss"]["nll_on_logits/probabilities"] = lambda: (
+    lambda lg, s: F.nll_loss(lg[:, N:].softmax(-1).flatten(0, 1),
+                             s[:, N + 1:].flatten()),)
