@@ -2971,3 +2971,12 @@ WRONG["check_concat_heads"]["stacked"] = lambda: (
 # Exercise 8.3: d_model biases per layer for every head.
 WRONG["check_num_parameters"]["bias_per_head"] = lambda: (
     lambda d, h, bias=True: 4 * d * d + (4 * d * h if bias else 0),)
+
+# Exercise 15.1: the separator left out (12 tokens); Exercise 15.2:
+# F.nll_loss on probabilities (a softmax, no log).
+WRONG["check_copy_batch"]["no_separator/dropped"] = lambda: (
+    lambda n, g: (lambda d: torch.cat([d, d], dim=1))(
+        torch.randint(10, (n, N), generator=g)),)
+WRONG["check_answer_loss"]["nll_on_logits/probabilities"] = lambda: (
+    lambda lg, s: F.nll_loss(lg[:, N:].softmax(-1).flatten(0, 1),
+                             s[:, N + 1:].flatten()),)

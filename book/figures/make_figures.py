@@ -846,7 +846,7 @@ def block(s: Shapes) -> Svg:
         svg.line(mid, y, mid, y + 20)
         svg.text(mid, y + 36, f"output  {x_shape}", size=14, family=MONO)
 
-    column(45, "pre-norm (GPT-2; Llama with RMSNorm)",
+    column(45, "pre-norm (GPT-2 and later LLMs)",
            ["branch", "LN", "MHA", "D", "+", "branch", "LN", "FFN", "D", "+",
             "LNf"])
     column(405, "post-norm (the 2017 transformer)",

@@ -23,9 +23,11 @@ _BLOCK = "The block: pre-norm and post-norm"
 
 PARAMS = catalogue(
     "check_block_params", 12,
-    four_d_missing=("4 d_model parameters are missing: the two LayerNorms' "
-                    "gamma and beta (d_model each), or the four attention "
-                    "biases", "LayerNorm"),
+    four_d_missing=("4 d_model parameters are missing, and a count cannot "
+                    "tell which 4 d_model: check the four attention "
+                    "biases (q, k, v and out, d_model each) and the two "
+                    "LayerNorms' gamma and beta (d_model each)",
+                    "LayerNorm"),
     ffn_biases=("the two FFN layers have biases: d_ff and d_model",
                 "The feed-forward network"),
     biases_and_norms=("count the biases and the LayerNorms' gamma and "

@@ -44,7 +44,8 @@ COPY = catalogue(
     reversed=("this is the reversal task of the chapter; copy the digits "
               "in the same order", _TASK),
     no_separator=(f"position {N} should be the separator {SEP} in every "
-                  f"row", _TASK),
+                  f"row: digits, separator, digits, {2 * N + 1} tokens",
+                  _TASK),
     separator_as_digit=(f"the digits are 0-9; the separator {SEP} is not "
                         f"one of them: torch.randint(10, ...)", _TASK),
     fresh_answer=(f"the last {N} tokens should repeat the first {N}: draw "
@@ -73,6 +74,8 @@ def check_copy_batch(
         return Verdict(
             False, f"{call.label} should be an int64 tensor, got "
                    f"{getattr(seq, 'dtype', type(seq).__name__)}")
+    if tuple(seq.shape) == (200, 2 * N):  # digits and digits, no SEP
+        return COPY["no_separator"].verdict(call.label)
     if tuple(seq.shape) != (200, 2 * N + 1):
         return Verdict(
             False, f"{call.label}: expected shape (batch_size, 2N + 1) = "
@@ -124,8 +127,9 @@ LOSS = catalogue(
                    "logits into probabilities, which it then softmaxes "
                    "again; pass the logits as they are",
                    _LOOP),
-    nll_on_logits=("F.nll_loss expects log-probabilities, and these are "
-                   "raw logits: use F.cross_entropy, which applies "
+    nll_on_logits=("F.nll_loss expects log-probabilities (it only picks "
+                   "and negates the target's entry), not logits or "
+                   "probabilities: use F.cross_entropy, which applies "
                    "log_softmax itself (or log_softmax them first)", _LOOP),
     not_a_tensor=("return the loss as a tensor: .item() (or float) cuts "
                   "it off from the graph, and training needs its "
@@ -183,6 +187,9 @@ def check_answer_loss(
             seq[:, N + 1:].reshape(-1))),
         (LOSS["nll_on_logits"], lambda: F.nll_loss(
             logits[:, N:].reshape(-1, vocab), seq[:, N + 1:].reshape(-1))),
+        (LOSS["nll_on_logits"], lambda: F.nll_loss(  # on probabilities
+            logits[:, N:].softmax(-1).reshape(-1, vocab),
+            seq[:, N + 1:].reshape(-1))),
     ])
     if problem is not None:
         return problem
