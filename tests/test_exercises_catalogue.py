@@ -2957,3 +2957,10 @@ WRONG["check_score_intensity"] = {
 def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
     verdict = _check("check_score_intensity", (lambda *args: 7.0,))
     assert not verdict and "fn(3, 6, 8, 4, torch.float32)" in verdict.message
+
+
+# --- chapter 16: more planted mistakes ---
+WRONG["check_rotate_half"]["adjacent_halves"] = lambda: (
+    lambda x: torch.cat([-x[..., 1::2], x[..., 0::2]], -1),)
+WRONG["check_unturned_pairs"]["fraction"] = lambda: (
+    lambda d, b, n: unturned(d, b, n) / (d // 2),)
