@@ -2980,3 +2980,10 @@ WRONG["check_copy_batch"]["no_separator/dropped"] = lambda: (
 WRONG["check_answer_loss"]["nll_on_logits/probabilities"] = lambda: (
     lambda lg, s: F.nll_loss(lg[:, N:].softmax(-1).flatten(0, 1),
                              s[:, N + 1:].flatten()),)
+
+
+# --- chapter 16: more planted mistakes ---
+WRONG["check_rotate_half"]["adjacent_halves"] = lambda: (
+    lambda x: torch.cat([-x[..., 1::2], x[..., 0::2]], -1),)
+WRONG["check_unturned_pairs"]["fraction"] = lambda: (
+    lambda d, b, n: unturned(d, b, n) / (d // 2),)

@@ -35,6 +35,10 @@ ROTATE_HALF = catalogue(
                  "(-x2, x1) with x1, x2 the two halves", _LAYOUTS),
     reversed=("x.flip(-1) reverses the features; rotate half swaps the "
               "two halves, keeping each in order: (-x2, x1)", _LAYOUTS),
+    adjacent_halves=("that takes x[..., 0::2] and x[..., 1::2], adjacent "
+                     "features, as the halves; rotate half pairs feature "
+                     "i with i + D/2: x1, x2 = x.chunk(2, dim=-1)",
+                     _LAYOUTS),
     in_place=("it changes its input in place; x * cos + rotate_half(x) * "
               "sin still needs x: build a new tensor, e.g. with torch.cat",
               _PAIR),
@@ -69,6 +73,8 @@ def check_rotate_half(fn: Callable[[torch.Tensor], torch.Tensor]
                 (ROTATE_HALF["no_minus"], torch.cat([x2, x1], -1)),
                 (ROTATE_HALF["interleaved"], _rotate_pairs(x)),
                 (ROTATE_HALF["reversed"], x.flip(-1)),
+                (ROTATE_HALF["adjacent_halves"],
+                 torch.cat([-x[..., 1::2], x[..., 0::2]], -1)),
             ])
         if problem is not None:
             return problem
@@ -161,6 +167,8 @@ UNTURNED = catalogue(
     no_two_pi=("one turn is 2 pi radians: the wavelength is "
                "2 pi base^(2i/D), not base^(2i/D)", _BEYOND),
     all_features=("there are head_dim // 2 pairs, not head_dim", _BEYOND),
+    fraction=("that is the share of the pairs; the question asks how "
+              "many: the count, not count / (head_dim // 2)", _BEYOND),
     exponent_i=("the frequencies are base^(-2i/D) with i the pair index "
                 "0 .. D/2 - 1", _FREQUENCIES),
 )
@@ -187,7 +195,9 @@ def check_unturned_pairs(fn: Callable[[int, float, int], int]) -> Verdict:
                 (UNTURNED["all_features"],
                  _count(head_dim, base, length, pairs=head_dim)),
                 (UNTURNED["exponent_i"],
-                 _count(head_dim, base, length, exponent=1.0))]
+                 _count(head_dim, base, length, exponent=1.0)),
+                (UNTURNED["fraction"],
+                 _count(head_dim, base, length) / (head_dim // 2))]
 
     cases = [(8, 10000.0, 6), (64, 10000.0, 2048), (128, 10000.0, 4096),
              (128, 500000.0, 8192), (16, 100.0, 50)]
