@@ -2957,3 +2957,10 @@ WRONG["check_score_intensity"] = {
 def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
     verdict = _check("check_score_intensity", (lambda *args: 7.0,))
     assert not verdict and "fn(3, 6, 8, 4, torch.float32)" in verdict.message
+
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.3: the key-only form has its own hint now, told apart from
+# the signed decoder bias by the raw scores (the softmax cannot).
+_KEY_ONLY = WRONG["check_bidirectional_alibi"].pop("one_sided/key_only")
+WRONG["check_bidirectional_alibi"]["key_only"] = _KEY_ONLY
