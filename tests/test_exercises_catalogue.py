@@ -2964,3 +2964,15 @@ def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
 # the signed decoder bias by the raw scores (the softmax cannot).
 _KEY_ONLY = WRONG["check_bidirectional_alibi"].pop("one_sided/key_only")
 WRONG["check_bidirectional_alibi"]["key_only"] = _KEY_ONLY
+
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.1: the scores S counted for one head in the bytes.
+def _intensity_one_head_scores(b, length, d, h, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    flops = 2 * b * h * length ** 2 * (d // h)
+    return flops / ((2 * b * length * d + b * length ** 2) * size)
+
+
+WRONG["check_score_intensity"]["result_one_head"] = lambda: (
+    _intensity_one_head_scores,)
