@@ -2987,3 +2987,22 @@ WRONG["check_rotate_half"]["adjacent_halves"] = lambda: (
     lambda x: torch.cat([-x[..., 1::2], x[..., 0::2]], -1),)
 WRONG["check_unturned_pairs"]["fraction"] = lambda: (
     lambda d, b, n: unturned(d, b, n) / (d // 2),)
+
+
+# --- chapter 17: more planted mistakes ---
+# Exercise 17.3: the key-only form has its own hint now, told apart from
+# the signed decoder bias by the raw scores (the softmax cannot).
+_KEY_ONLY = WRONG["check_bidirectional_alibi"].pop("one_sided/key_only")
+WRONG["check_bidirectional_alibi"]["key_only"] = _KEY_ONLY
+
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.1: the scores S counted for one head in the bytes.
+def _intensity_one_head_scores(b, length, d, h, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    flops = 2 * b * h * length ** 2 * (d // h)
+    return flops / ((2 * b * length * d + b * length ** 2) * size)
+
+
+WRONG["check_score_intensity"]["result_one_head"] = lambda: (
+    _intensity_one_head_scores,)

@@ -43,6 +43,9 @@ INTENSITY = catalogue(
     result_forgotten=("the product also writes S, B * H * L^2 numbers "
                       "(more than Q and K together once L > 2 * "
                       "head_dim): count its bytes too", _BYTES),
+    result_one_head=("S is (B, H, L, L): each of the H heads writes its "
+                     "own L x L scores, B * H * L^2 numbers, not B * L^2",
+                     _BYTES),
     result_twice=("the product writes S once and never reads it: Q and K "
                   "read, S written, each once", _BYTES),
     numbers_not_bytes=("that divides by numbers moved, not bytes: "
@@ -95,6 +98,9 @@ def check_score_intensity(
                 (INTENSITY["heads_times_d_model"], right * num_heads),
                 (INTENSITY["result_forgotten"],
                  right * (reads + length**2) / reads),
+                (INTENSITY["result_one_head"],
+                 right * num_heads * (reads + length**2)
+                 / (num_heads * reads + length**2)),
                 (INTENSITY["result_twice"],
                  right * (reads + length**2) / (reads + 2 * length**2)),
                 (INTENSITY["numbers_not_bytes"], right * size),

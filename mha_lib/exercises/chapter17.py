@@ -217,10 +217,13 @@ BIDIRECTIONAL = catalogue(
     sign=("the bias has the wrong sign: a far key must be penalised, "
           "score - slopes[h] * |q_idx - kv_idx|", _ALIBI),
     one_sided=("that penalises one direction only and favours the other "
-               "(the decoder's bias without its causal mask, or its "
-               "key-only form slopes[h] * kv_idx, which the softmax "
-               "cannot tell from it): use the distance on both sides, "
+               "(the decoder's signed bias, -slopes[h] * (q_idx - kv_idx), "
+               "without its causal mask): use the distance on both sides, "
                "(q_idx - kv_idx).abs()", _ALIBI),
+    key_only=("the key-only form slopes[h] * kv_idx gives a decoder "
+              "ALiBi's weights only because its causal mask hides the "
+              "later keys; without the mask it favours them, the further "
+              "the more: use -slopes[h] * (q_idx - kv_idx).abs()", _ALIBI),
     one_slope=("every head uses the same slope: index the slopes by the "
                "head, slopes[h]", _ALIBI),
     no_score=("the score is gone: a score_mod returns the changed score, "
@@ -231,6 +234,22 @@ BIDIRECTIONAL = catalogue(
                  "on all the scores at once): use (q_idx - kv_idx).abs()",
                  _FLEX),
 )
+
+
+def _adds_key_only(score_mod: Callable, scores: torch.Tensor,
+                   m: torch.Tensor, i: torch.Tensor,
+                   j: torch.Tensor) -> bool:
+    """Whether score_mod, called on all the scores at once, adds m_h * j:
+    the softmax cannot tell that from the signed decoder bias, the raw
+    scores can."""
+    heads = torch.arange(m.size(0))[:, None, None]  # (H, 1, 1)
+    try:
+        raw = torch.as_tensor(score_mod(scores, torch.tensor(0), heads,
+                                        i, j), dtype=scores.dtype)
+        return raw.shape == scores.shape and torch.allclose(
+            raw, scores + m * j, atol=1e-5)
+    except Exception:  # a score_mod written for flex_attention only
+        return False
 
 
 def check_bidirectional_alibi(
@@ -274,6 +293,9 @@ def check_bidirectional_alibi(
             return Verdict(False, f"the score_mod of {made.label}: "
                                   f"{call.verdict.message}")
         m = slopes[:, None, None]  # (H, 1, 1)
+        if _adds_key_only(made.value, scores, m, i, j):
+            return BIDIRECTIONAL["key_only"].verdict(
+                f"the score_mod of {made.label}")
 
         def out(s: torch.Tensor) -> torch.Tensor:
             return torch.softmax(s, dim=-1) @ v  # (B, H, L, D)
