@@ -2957,3 +2957,19 @@ WRONG["check_score_intensity"] = {
 def test_score_intensity_reports_the_first_case_when_no_mistake_fits():
     verdict = _check("check_score_intensity", (lambda *args: 7.0,))
     assert not verdict and "fn(3, 6, 8, 4, torch.float32)" in verdict.message
+
+
+# --- chapter 3: more planted mistakes ---
+# a table built for the running example's size alone (6 positions or
+# d_model = 8 written as numbers) gets the hard-coded hint, not a shape.
+
+WRONG["check_sinusoidal"]["hard_coded"] = lambda: (
+    lambda length, d_model: sinusoidal_power(length, 8),)
+WRONG["check_sinusoidal"]["hard_coded/both"] = lambda: (
+    lambda length, d_model: sinusoidal_power(6, 8),)
+
+
+@pytest.mark.parametrize("name", ["hard_coded", "hard_coded/both"])
+def test_hard_coded_table_size_gets_its_hint(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_sinusoidal",
+                                                      name)
