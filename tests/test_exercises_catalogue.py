@@ -3006,3 +3006,19 @@ def _intensity_one_head_scores(b, length, d, h, dtype):
 
 WRONG["check_score_intensity"]["result_one_head"] = lambda: (
     _intensity_one_head_scores,)
+
+
+# --- chapter 3: more planted mistakes ---
+# a table built for the running example's size alone (6 positions or
+# d_model = 8 written as numbers) gets the hard-coded hint, not a shape.
+
+WRONG["check_sinusoidal"]["hard_coded"] = lambda: (
+    lambda length, d_model: sinusoidal_power(length, 8),)
+WRONG["check_sinusoidal"]["hard_coded/both"] = lambda: (
+    lambda length, d_model: sinusoidal_power(6, 8),)
+
+
+@pytest.mark.parametrize("name", ["hard_coded", "hard_coded/both"])
+def test_hard_coded_table_size_gets_its_hint(name):
+    test_the_planted_mistake_is_refused_with_its_hint("check_sinusoidal",
+                                                      name)

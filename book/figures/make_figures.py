@@ -527,7 +527,7 @@ def qkv(p: Projections) -> Svg:
         svg.text(530, y + 45, roles[name][1], size=13.5, fill=MUTED, anchor="start")
     svg.text(WIDTH / 2, 284, f"W^{{Q}} = q_proj.weight.T: weight {fmt(p.weight)} stored "
              f"(out, in), bias ({p.bias[0]},); {p.parameters} parameters in all",
-             size=13.5, fill=MUTED)
+             size=15)
     return svg
 
 
