@@ -89,7 +89,7 @@ NUMBERS = [
     ("check_block_params", lambda d, f: 1, 880),  # (8, 32)
     ("check_cache_bytes", lambda *a: 1, 20160),  # (5, 3, 4, 6, 7, 4)
     ("check_latent_cache_bytes", lambda *a: 1, 320),  # (6, 2, 5, 2, 4)
-    ("check_unturned_pairs", lambda d, b, n: 1, 4),  # (8, 10000.0, 6)
+    ("check_unturned_pairs", lambda d, b, n: 2, 4),  # (8, 10000.0, 6); 1 is the share
 ]
 
 
