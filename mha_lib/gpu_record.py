@@ -79,15 +79,13 @@ def recorded(name: str = "h200") -> dict:
         name: The record's name, a file ``mha_lib/data/<name>.json``.
 
     Returns:
-        The record as a dict, one key per section: ``"ceilings"``,
-        ``"steps"``, ``"profile"``, ``"bench"`` and ``"parts"`` (read by
-        chapter 13), ``"flex"`` (chapter 17), ``"empty_rows"`` (chapters 7
-        and 11, Appendix A), ``"decode"`` (chapters 14 and 18); also
-        ``"overhead"``, ``"bench_compiled"`` and the earlier runs of a
-        section (``"overhead_third_run"``, ``"decode_fourth_run"``), which
-        no chapter reads; ``"about"``, ``"date"``, ``"command"``,
-        ``"nvidia_smi"`` and ``"env"`` (``"env_second_run"`` and so on:
-        the torch, CUDA and cuDNN versions of each run).
+        dict: One key per section (``"ceilings"``, ``"steps"``,
+        ``"profile"``, ``"bench"``, ``"parts"``, ``"overhead"``,
+        ``"bench_compiled"``, ``"flex"``, ``"empty_rows"``, ``"decode"``),
+        the earlier runs of a section (``"overhead_third_run"``,
+        ``"decode_fourth_run"``), and ``"about"``, ``"date"``,
+        ``"command"``, ``"nvidia_smi"`` and ``"env"`` (``"env_second_run"``
+        and so on: the torch, CUDA and cuDNN versions of each run).
     """
     from importlib.resources import files
 
