@@ -217,8 +217,9 @@ def check_explorer(root, weights: torch.Tensor, page) -> int:  # noqa: ANN001
                     weights[layer, head, :, j].double(),
                     atol=0.6e-3, rtol=0, msg=f"layer {layer}, head {head}, key {j}")
                 checked += 2
+            name = root.locator(".ae-layer option:checked").text_content()
             assert root.locator(".ae-status").text_content().startswith(
-                f"layer {layer + 1}, head {head}: key")
+                f"{name}, head {head}: key")
     return checked
 
 
