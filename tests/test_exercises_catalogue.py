@@ -3022,3 +3022,21 @@ WRONG["check_sinusoidal"]["hard_coded/both"] = lambda: (
 def test_hard_coded_table_size_gets_its_hint(name):
     test_the_planted_mistake_is_refused_with_its_hint("check_sinusoidal",
                                                       name)
+
+# --- chapter 1: more planted mistakes ---
+# Exercise 1.1: commas stripped at the ends of the tokens of str.split()
+# (both mistakes in one answer, both named).
+WRONG["check_tokenizer"]["strip_and_split"] = lambda: (lambda t: [
+    w.strip(",").lower() for w in re.sub(r"[!.?]", "", t).split()],)
+
+# --- chapter 2: more planted mistakes ---
+# Exercise 2.2: padding_idx=1, the row of the word "a" (not the last row).
+WRONG["check_padding_embedding"]["pad_id_word"] = lambda: _embedding(
+    padding_idx=1)
+
+
+def test_pad_id_on_a_word_names_the_word_not_the_last_row():
+    verdict = _check("check_padding_embedding",
+                     WRONG["check_padding_embedding"]["pad_id_word"]())
+    assert "the row of 'a'" in verdict.message
+    assert "last row" not in verdict.message

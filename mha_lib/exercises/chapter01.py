@@ -55,6 +55,12 @@ TOKENIZER = catalogue(
                    "(\"two  spaces\") is gone, but tokenize keeps it: "
                    "keep every piece split(\" \") gives, with no filter "
                    "on empty tokens", "Tokenization"),
+    strip_and_split=("two things differ from tokenize: stripping the ends "
+                     "of each token misses a comma inside a word "
+                     "(\"1,000\"), and split() without an argument "
+                     "swallows runs of spaces (\"two  spaces\" gives no "
+                     "empty token ''): delete every comma, then split on "
+                     "\" \"", "Tokenization"),
     too_much_removed=("other characters went too (an apostrophe or a "
                       "hyphen): only commas go, besides the ! . ? that "
                       "tokenize drops", "Tokenization"),
@@ -85,8 +91,11 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
             tab = attempt(fn, "a\tb", shown=repr("a\tb"))
             if tab.value != ["a", "b"]:
                 return TOKENIZER["dropped_empty"].verdict(call.label)
+        inner = any("," in t.strip(",") for t in given)
         wrong = (
             (TOKENIZER["whitespace_split"], dropped),
+            (TOKENIZER["strip_and_split"],
+             inner and _splits_any_whitespace(fn)),
             (TOKENIZER["inner_period"],
              any("." in t.strip(".") for t in given)),
             (TOKENIZER["comma_kept"],
@@ -107,6 +116,13 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
     return Verdict(
         True, "commas are gone and everything else is as tokenize() "
               "does it")
+
+
+def _splits_any_whitespace(fn: Callable[[str], list[str]]) -> bool:
+    """Whether ``fn`` splits like ``str.split()``: runs of spaces and a
+    tab give no empty token."""
+    return attempt(fn, "a  b\tc", shown=repr("a  b\tc")).value == [
+        "a", "b", "c"]
 
 
 def _first_difference(given: list, want: list) -> int:

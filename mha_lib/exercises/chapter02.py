@@ -181,6 +181,11 @@ PADDING = catalogue(
                   "specials get the first ids, so <pad> is row 0, not "
                   "the last row", "A zero vector for `\"<pad>\"`: "
                                   "`padding_idx`"),
+    pad_id_word=("padding_idx should be the id of \"<pad>\", 0: the row "
+                 "given belongs to a word, whose vector would be zeros and "
+                 "never learn, while <pad>'s row trains; build_vocab gives "
+                 "the specials the first ids",
+                 "A zero vector for `\"<pad>\"`: `padding_idx`"),
     three_sentences=("vectors should embed the padded batch of four: the "
                      "three sentences and \"What is next?\"",
                      "A zero vector for `\"<pad>\"`: `padding_idx`"),
@@ -218,8 +223,14 @@ def check_padding_embedding(
         return PADDING["zeroed_by_hand" if row_zero
                        else "no_padding_idx"].verdict("embedding")
     if embedding.padding_idx != 0:
-        return PADDING["pad_id_other"].verdict(
-            f"embedding.padding_idx = {embedding.padding_idx}")
+        idx = embedding.padding_idx % len(stoi)
+        if idx == len(stoi) - 1:
+            return PADDING["pad_id_other"].verdict(
+                f"embedding.padding_idx = {embedding.padding_idx}")
+        word = {i: w for w, i in stoi.items()}[idx]
+        return PADDING["pad_id_word"].verdict(
+            f"embedding.padding_idx = {embedding.padding_idx}, the row "
+            f"of {word!r}")
     if not row_zero:
         return PADDING["no_padding_idx"].verdict("embedding")
     ids, _ = encode([*SENTENCES, "What is next?"], stoi, pad_id=0)
