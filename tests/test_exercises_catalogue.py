@@ -3040,3 +3040,15 @@ def test_pad_id_on_a_word_names_the_word_not_the_last_row():
                      WRONG["check_padding_embedding"]["pad_id_word"]())
     assert "the row of 'a'" in verdict.message
     assert "last row" not in verdict.message
+
+# --- chapter 4: more planted mistakes ---
+# Exercise 4.4: the step on the key layer with the wrong sign
+# (k_proj.weight = 10 M, W^K = 10 M^T): the hint names k_proj, not q_proj.
+WRONG["check_previous_token"]["next_token_key"] = lambda: (
+    _layer(torch.eye(8)), _layer(10 * _one_step_back().T))
+
+# --- chapter 5: more planted mistakes ---
+# Exercise 5.2: the block sliced on the wrong axis, positions instead of
+# features (x[:, h*D:(h+1)*D]).
+WRONG["check_head_columns"]["wrong_axis"] = lambda: (
+    lambda x, h, n: x[:, h * (x.size(-1) // n):(h + 1) * (x.size(-1) // n)],)

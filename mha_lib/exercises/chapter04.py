@@ -284,11 +284,19 @@ PREVIOUS = catalogue(
             "symmetric, and a token's own score |q_t|^2 tops its row "
             "when all queries are equally long (rotated positions are). "
             "Give the keys a layer of their own", _AT_WORK),
-    next_token=("every token looks at the next one, t + 1: nn.Linear "
+    next_token=("every token looks at the next one, t + 1: the step on "
+                "the query layer, q_proj, goes the wrong way. nn.Linear "
                 "stores the transpose of W (weight is (out, in)), so "
-                "weight = M^T makes W^Q = M, a step on; store M, "
+                "q_proj.weight = M^T makes W^Q = M, a step on; store M, "
                 "for W^Q = M^T, a step back",
                 "Three linear layers"),
+    next_token_key=("every token looks at the next one, t + 1: the step "
+                    "on the key layer, k_proj, goes the wrong way. "
+                    "nn.Linear stores the transpose of W, so "
+                    "k_proj.weight = M makes W^K = M^T and "
+                    "k_j = PE_{j-1}: q_t . k_j then peaks at j = t + 1. "
+                    "Store M^T, for W^K = M: keys a step on",
+                    "Three linear layers"),
     itself=("every token looks at itself: q_t . k_j still peaks at "
             "j = t, as with W^Q (W^K)^T = I; move the queries one step "
             "back (or the keys one step on) first", _AT_WORK),
@@ -296,6 +304,14 @@ PREVIOUS = catalogue(
               "flat: scale W^Q up (say 10 times); the scores grow with "
               "it and the largest weight with them", _AT_WORK),
 )
+
+
+def _multiple_of(t: torch.Tensor, pos: torch.Tensor) -> bool:
+    """Whether ``t`` is ``c * pos`` for a number c: a layer that only
+    scales the positions, with no step of its own."""
+    t, pos = t.double(), pos.double()
+    c = (t * pos).sum() / (pos * pos).sum()
+    return bool(torch.allclose(t, c * pos, atol=1e-4 * (1 + abs(c))))
 
 
 def check_previous_token(q_proj: Callable[[torch.Tensor], torch.Tensor],
@@ -333,6 +349,10 @@ def check_previous_token(q_proj: Callable[[torch.Tensor], torch.Tensor],
             f"least weight on t - 1: {on_previous.min():.2f}")
     inner = favourite[:-1]  # t = 1 .. 4: t + 1 exists
     if bool((inner == 1).all()):
+        if _multiple_of(K, pos):  # the keys are the positions: the step
+            return PREVIOUS["next_token"].verdict("q_proj")  # is on Q
+        if _multiple_of(Q, pos):
+            return PREVIOUS["next_token_key"].verdict("k_proj")
         return PREVIOUS["next_token"].verdict("q_proj, k_proj")
     if bool((favourite == 0).all()):
         return PREVIOUS["itself"].verdict("q_proj, k_proj")

@@ -217,6 +217,9 @@ COLUMNS = catalogue(
                     "num_heads", _COLUMNS),
     one_too_many=("one column too many: a slice leaves out its end, so "
                   "head h is x[..., h*D:(h+1)*D]", _COLUMNS),
+    wrong_axis=("that slices positions, not features: x[:, h*D:(h+1)*D] "
+                "cuts the token axis L; head h is a block of columns, "
+                "on the last axis: x[..., h*D:(h+1)*D]", _COLUMNS),
     reshaped=("the exercise slices columns, without view, reshape or "
               "permute", _COLUMNS),
     hard_coded=("the block width is written as a number: D = d_model // "
@@ -254,6 +257,8 @@ def check_head_columns(
                 axes="(B, L, D)", atol=0.0, rtol=0.0, mistakes=[
                     (COLUMNS["wrong_split"], x.reshape(
                         x.size(0), num_heads, x.size(1), head_dim)[:, h]),
+                    (COLUMNS["wrong_axis"],
+                     x[:, h * head_dim:(h + 1) * head_dim]),
                     (COLUMNS["strided"], x[..., h::num_heads]),
                     (COLUMNS["width_is_heads"],
                      x[..., h * num_heads:(h + 1) * num_heads]),
