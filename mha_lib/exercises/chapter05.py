@@ -17,7 +17,7 @@ from mha_lib.exercises.verdict import (
 )
 from mha_lib.heads import merge_heads, split_heads
 
-__all__ = ["check_split_heads", "check_merge_heads", "check_head_columns"]
+__all__ = ["check_split_heads", "check_head_columns", "check_merge_heads"]
 
 # (B, L, d_model, H): the running example first, then shapes where mistakes
 # show.
