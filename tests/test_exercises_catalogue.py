@@ -3052,3 +3052,27 @@ WRONG["check_previous_token"]["next_token_key"] = lambda: (
 # features (x[:, h*D:(h+1)*D]).
 WRONG["check_head_columns"]["wrong_axis"] = lambda: (
     lambda x, h, n: x[:, h * (x.size(-1) // n):(h + 1) * (x.size(-1) // n)],)
+
+
+# --- chapter 13: more planted mistakes ---
+# Exercise 13.1: the FLOPs of one head (H dropped) and the bytes in bits
+# get different hints: no probe has H = 8, where the two numbers agree.
+def _intensity_flops_of_one_head(b, length, d, h, dtype):
+    size = torch.finfo(dtype).bits // 8
+    flops = 2 * b * length ** 2 * (d // h)  # the factor H dropped
+    return flops / ((2 * b * length * d + b * h * length ** 2) * size)
+
+
+WRONG["check_score_intensity"]["one_head"] = lambda: (
+    _intensity_flops_of_one_head,)
+
+
+def test_one_head_and_bits_get_their_own_hints():
+    verdict = _check("check_score_intensity",
+                     WRONG["check_score_intensity"]["one_head"]())
+    hints = CATALOGUE["check_score_intensity"]
+    assert hints["one_head"].message in verdict.message
+    assert hints["bits"].message not in verdict.message
+    verdict = _check("check_score_intensity",
+                     WRONG["check_score_intensity"]["bits"]())
+    assert hints["bits"].message in verdict.message
