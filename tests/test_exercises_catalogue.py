@@ -3022,3 +3022,18 @@ WRONG["check_sinusoidal"]["hard_coded/both"] = lambda: (
 def test_hard_coded_table_size_gets_its_hint(name):
     test_the_planted_mistake_is_refused_with_its_hint("check_sinusoidal",
                                                       name)
+
+
+# --- chapter 7: more planted mistakes ---
+# Exercise 7.3: the hidden scores filled with 0 (not -inf) are the scores
+# multiplied by the mask, and get that hint, which names both.
+WRONG["check_safe_softmax"]["multiplied/filled_zero"] = lambda: (
+    lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), dim=-1),)
+
+
+def test_chapter7_zero_fill_gets_the_multiplied_hint():
+    verdict = _check("check_safe_softmax",
+                     WRONG["check_safe_softmax"]["multiplied/filled_zero"]())
+    assert not verdict
+    hint = CATALOGUE["check_safe_softmax"]["multiplied"].hint
+    assert hint in verdict.message and "filled with 0" in hint
