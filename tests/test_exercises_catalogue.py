@@ -3076,3 +3076,18 @@ def test_one_head_and_bits_get_their_own_hints():
     verdict = _check("check_score_intensity",
                      WRONG["check_score_intensity"]["bits"]())
     assert hints["bits"].message in verdict.message
+
+
+# --- chapter 7: more planted mistakes ---
+# Exercise 7.3: the hidden scores filled with 0 (not -inf) are the scores
+# multiplied by the mask, and get that hint, which names both.
+WRONG["check_safe_softmax"]["multiplied/filled_zero"] = lambda: (
+    lambda s, m: torch.softmax(s.masked_fill(~m, 0.0), dim=-1),)
+
+
+def test_chapter7_zero_fill_gets_the_multiplied_hint():
+    verdict = _check("check_safe_softmax",
+                     WRONG["check_safe_softmax"]["multiplied/filled_zero"]())
+    assert not verdict
+    hint = CATALOGUE["check_safe_softmax"]["multiplied"].hint
+    assert hint in verdict.message and "filled with 0" in hint

@@ -155,7 +155,8 @@ SAFE = catalogue(
                  "zeros: a finite fill (-1e9, finfo.min) cannot tell an "
                  "empty row from a full one; fill with -inf and zero the "
                  "empty rows", _EMPTY),
-    multiplied=("the hidden scores are multiplied by 0, not hidden: a "
+    multiplied=("the hidden scores are set to 0 (multiplied by the mask or "
+                "filled with 0), not hidden: a "
                 "score of 0 still gets weight e^0 after the softmax, as "
                 "much as a visible key that scores 0; fill them with -inf "
                 "(masked_fill) before the softmax", _BEFORE_AFTER),
