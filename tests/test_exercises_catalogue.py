@@ -3022,3 +3022,14 @@ WRONG["check_sinusoidal"]["hard_coded/both"] = lambda: (
 def test_hard_coded_table_size_gets_its_hint(name):
     test_the_planted_mistake_is_refused_with_its_hint("check_sinusoidal",
                                                       name)
+
+
+# --- chapter 16: more planted mistakes ---
+# Exercise 16.3: the wavelength compared with length, not length - 1.
+WRONG["check_unturned_pairs"]["off_by_one"] = lambda: (
+    lambda d, b, n: unturned(d, b, n + 1),)
+
+
+def test_unturned_off_by_one_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint("check_unturned_pairs",
+                                                      "off_by_one")
