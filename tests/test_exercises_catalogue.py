@@ -1336,7 +1336,6 @@ WRONG = {
     },
     "check_expand_kv": {
         "tiled": lambda: (lambda x, h: x.repeat(1, h // x.size(1), 1, 1),),
-        "repeat_interleave": lambda: (lambda x, h: x.repeat_interleave(h // x.size(1), 1),),
         "copies_after_length": lambda: (lambda x, h: expand_kv(x, h, "after_length"),),
         "view_not_contiguous": lambda: (lambda x, h: expand_kv(x, h, "view"),),
         "group_size": lambda: (lambda x, h: x,),
@@ -2310,24 +2309,8 @@ WRONG["check_concat_heads"]["head_axis"] = (  # (B, H, L*D): wrong axes fused
     lambda: (lambda hs: torch.stack(hs, 1).flatten(2),))
 
 # --- chapter 14: more planted mistakes ---
-# Exercise 14.2 asks for unsqueeze, expand, reshape: picking the heads by
-# number (fancy indexing, index_select) is named like repeat_interleave;
-# basic indexing (x[:, :, None]) stays a right answer.
-
-WRONG["check_expand_kv"]["indexed"] = lambda: (
-    lambda x, h: x[:, torch.arange(h) // (h // x.size(1))],)
-
-
-@pytest.mark.parametrize("answer", [
-    lambda x, h: x[:, torch.arange(h) // (h // x.size(1))],
-    lambda x, h: x[:, [i // (h // x.size(1)) for i in range(h)]],
-    lambda x, h: x.index_select(1, torch.arange(h) // (h // x.size(1))),
-])
-def test_heads_picked_by_number_are_named(answer):
-    verdict = _check("check_expand_kv", (answer,))
-    assert not verdict
-    assert CATALOGUE["check_expand_kv"]["indexed"].message \
-        in verdict.message
+# Exercise 14.2: basic indexing (x[:, :, None]) is a right answer; heads
+# picked by number and repeat_interleave are too (see the end).
 
 
 def test_basic_indexing_with_none_is_still_accepted():
@@ -3091,3 +3074,35 @@ def test_chapter7_zero_fill_gets_the_multiplied_hint():
     assert not verdict
     hint = CATALOGUE["check_safe_softmax"]["multiplied"].hint
     assert hint in verdict.message and "filled with 0" in hint
+
+
+# --- chapter 16: more planted mistakes ---
+# Exercise 16.3: the wavelength compared with length, not length - 1.
+WRONG["check_unturned_pairs"]["off_by_one"] = lambda: (
+    lambda d, b, n: unturned(d, b, n + 1),)
+
+
+def test_unturned_off_by_one_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint("check_unturned_pairs",
+                                                      "off_by_one")
+
+
+# --- chapter 14: more planted mistakes ---
+# Exercise 14.2: right values built another way (repeat_interleave, heads
+# picked by number) are accepted, with a nudge towards expand.
+@pytest.mark.parametrize("answer", [
+    lambda x, h: x.repeat_interleave(h // x.size(1), 1),
+    lambda x, h: x[:, torch.arange(h) // (h // x.size(1))],
+    lambda x, h: x[:, [i // (h // x.size(1)) for i in range(h)]],
+    lambda x, h: x.index_select(1, torch.arange(h) // (h // x.size(1))),
+])
+def test_expand_kv_built_another_way_is_accepted(answer):
+    verdict = _check("check_expand_kv", (answer,))
+    assert verdict
+    assert "another way" in verdict.message
+
+
+def test_expand_kv_unsqueeze_expand_reshape_gets_no_nudge():
+    verdict = _check("check_expand_kv", (expand_kv,))
+    assert verdict
+    assert "another way" not in verdict.message

@@ -1677,7 +1677,7 @@ def latent_attention(p: LatentPicture) -> Svg:
         f"k^R) / sqrt(D + R); its output is the weighted sum of its values; W_O maps the "
         f"{H} heads back to {p.d_model}. (b) Absorbed: the same scores in another order. "
         f"W_UK moves to the query side, W_UK^T q^C, a latent query of {C} numbers, "
-        f"joined by q^R: {C + R} numbers. Every head attends over the cache as it lies, "
+        f"joined by q^R: {C + R} numbers. Every head attends over the cached c and k^R, "
         f"keys [c_j; k^R_j] of {C + R} numbers and values c_j, one key/value head for all "
         f"{H} query heads (multi-query attention of width C + R). The weighted sum of "
         f"latents ({C} numbers per head) goes through W_UV^(h) ({C} to {D}), then W_O. "
@@ -1762,8 +1762,8 @@ def latent_attention(p: LatentPicture) -> Svg:
     top = 328
     svg.line(12, top - 18, WIDTH - 12, top - 18, arrow=False, stroke=BOX_EDGE, width=1,
              dash="5 4")
-    svg.text(14, top + 4, "(b) Absorbed: the same scores, per head h, over the cache as it "
-             "lies", size=13.5, weight="bold", anchor="start")
+    svg.text(14, top + 4, "(b) Absorbed: the same scores, per head h, over the cached c and "
+             "k^{R}, no keys rebuilt", size=13.5, weight="bold", anchor="start")
     y, h = top + 22, 66
     steps = [
         (14, 84, [(f"q^{{C}} ({D})", "bold", 13), (f"q^{{R}} ({R})", "bold", 13)],
@@ -1789,7 +1789,7 @@ def latent_attention(p: LatentPicture) -> Svg:
             px = steps[k - 1][0] + steps[k - 1][1]
             svg.line(px, y + h / 2, x - 2, y + h / 2)
     cx0, cy0 = 272, y + h + 24
-    box(cx0, cy0, 150, 58, [("the cache, read as is", "bold", 13),
+    box(cx0, cy0, 150, 58, [("the cache", "bold", 13),
                             (f"{fmt(p.cached_values)} c", "normal", 13.5),
                             (f"{fmt(p.cached_keys)} k^{{R}}", "normal", 13.5)],
         fill=GREEN, edge=GREEN_EDGE)

@@ -171,16 +171,22 @@ UNTURNED = catalogue(
               "many: the count, not count / (head_dim // 2)", _BEYOND),
     exponent_i=("the frequencies are base^(-2i/D) with i the pair index "
                 "0 .. D/2 - 1", _FREQUENCIES),
+    off_by_one=("positions 0 .. length - 1 span offsets up to length - 1: "
+                "compare the wavelength with length - 1, not length",
+                _BEYOND),
 )
 
 
 def _count(head_dim: int, base: float, length: int, two_pi: bool = True,
-           pairs: int | None = None, exponent: float = 2.0) -> int:
-    """Pairs whose wavelength exceeds ``length - 1``, or a wrong count."""
+           pairs: int | None = None, exponent: float = 2.0,
+           last: int | None = None) -> int:
+    """Pairs whose wavelength exceeds ``length - 1`` (or ``last``), or a
+    wrong count."""
     pairs = head_dim // 2 if pairs is None else pairs
     turn = 2 * math.pi if two_pi else 1.0
+    last = length - 1 if last is None else last
     return sum(1 for i in range(pairs)
-               if turn * base ** (exponent * i / head_dim) > length - 1)
+               if turn * base ** (exponent * i / head_dim) > last)
 
 
 def check_unturned_pairs(fn: Callable[[int, float, int], int]) -> Verdict:
@@ -197,10 +203,14 @@ def check_unturned_pairs(fn: Callable[[int, float, int], int]) -> Verdict:
                 (UNTURNED["exponent_i"],
                  _count(head_dim, base, length, exponent=1.0)),
                 (UNTURNED["fraction"],
-                 _count(head_dim, base, length) / (head_dim // 2))]
+                 _count(head_dim, base, length) / (head_dim // 2)),
+                (UNTURNED["off_by_one"],
+                 _count(head_dim, base, length, last=length))]
 
+    # In the last case pair 0's wavelength, 2 pi = 6.28, lies between
+    # length - 1 and length: there `> length` gives another count.
     cases = [(8, 10000.0, 6), (64, 10000.0, 2048), (128, 10000.0, 4096),
-             (128, 500000.0, 8192), (16, 100.0, 50)]
+             (128, 500000.0, 8192), (16, 100.0, 50), (8, 100.0, 7)]
     return check_calls(fn, cases, _count,
                        "pairs whose wavelength 2 pi base^(2i/D) exceeds "
                        "the positions seen never complete a turn",
