@@ -3022,3 +3022,29 @@ WRONG["check_sinusoidal"]["hard_coded/both"] = lambda: (
 def test_hard_coded_table_size_gets_its_hint(name):
     test_the_planted_mistake_is_refused_with_its_hint("check_sinusoidal",
                                                       name)
+
+
+# --- chapter 15: more planted mistakes ---
+# Exercise 15.2: (B, N, V) logits passed to F.cross_entropy unflattened
+# (it raises; the hint names the class dimension). Exercise 15.4: every
+# query scored, not only the second copy's.
+WRONG["check_answer_loss"].update({
+    "unflattened": lambda: (
+        lambda lg, s: F.cross_entropy(lg[:, N:], s[:, N + 1:]),),
+    "unflattened/targets": lambda: (
+        lambda lg, s: F.cross_entropy(lg[:, N:].flatten(0, 1),
+                                      s[:, N + 1:]),),
+})
+
+
+def _score_every_query(weights, k):
+    """Exercise 15.4 with the second-copy mask left out."""
+    num_layers, batch, num_heads, length, _ = weights.shape
+    target = (torch.arange(length) - k + 1).clamp(min=0)  # (B, L)
+    index = target[None, :, None, :, None].expand(
+        num_layers, batch, num_heads, length, 1)
+    return best(weights.gather(-1, index)[..., 0].sum(dim=(1, 3)))
+
+
+WRONG["check_find_induction_head"]["all_queries"] = lambda: (
+    _score_every_query,)
