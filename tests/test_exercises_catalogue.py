@@ -3106,3 +3106,29 @@ def test_expand_kv_unsqueeze_expand_reshape_gets_no_nudge():
     verdict = _check("check_expand_kv", (expand_kv,))
     assert verdict
     assert "another way" not in verdict.message
+
+
+# --- chapter 15: more planted mistakes ---
+# Exercise 15.2: (B, N, V) logits passed to F.cross_entropy unflattened
+# (it raises; the hint names the class dimension). Exercise 15.4: every
+# query scored, not only the second copy's.
+WRONG["check_answer_loss"].update({
+    "unflattened": lambda: (
+        lambda lg, s: F.cross_entropy(lg[:, N:], s[:, N + 1:]),),
+    "unflattened/targets": lambda: (
+        lambda lg, s: F.cross_entropy(lg[:, N:].flatten(0, 1),
+                                      s[:, N + 1:]),),
+})
+
+
+def _score_every_query(weights, k):
+    """Exercise 15.4 with the second-copy mask left out."""
+    num_layers, batch, num_heads, length, _ = weights.shape
+    target = (torch.arange(length) - k + 1).clamp(min=0)  # (B, L)
+    index = target[None, :, None, :, None].expand(
+        num_layers, batch, num_heads, length, 1)
+    return best(weights.gather(-1, index)[..., 0].sum(dim=(1, 3)))
+
+
+WRONG["check_find_induction_head"]["all_queries"] = lambda: (
+    _score_every_query,)

@@ -134,7 +134,16 @@ LOSS = catalogue(
     not_a_tensor=("return the loss as a tensor: .item() (or float) cuts "
                   "it off from the graph, and training needs its "
                   "gradient", _LOOP),
+    unflattened=("F.cross_entropy reads dimension 1 as the classes: "
+                 "(B, N, V) logits need .flatten(0, 1) (and the targets "
+                 ".flatten()), or .transpose(1, 2) to (B, V, N)", _LOOP),
 )
+
+
+def _explain_loss(error: BaseException, record) -> object:
+    text = str(error)
+    return LOSS["unflattened"] if "Expected target size" in text \
+        or "Expected input batch_size" in text else None
 
 
 def _answer_loss(logits: torch.Tensor, seq: torch.Tensor,
@@ -164,7 +173,7 @@ def check_answer_loss(
     logits = torch.randn(5, 2 * N, 11, generator=generator,
                          requires_grad=True)
     expected = _answer_loss(logits, seq)
-    call = attempt(fn, logits, seq)
+    call = attempt(fn, logits, seq, explain=_explain_loss)
     if call.verdict is not None:
         return call.verdict
     given = call.value
@@ -319,7 +328,9 @@ def _planted_weights(generator: torch.Generator, roles: dict,
     second copy put most weight on key ``t - k + offset`` (1: induction,
     0: the earlier twin itself) or, for offset None, on the previous
     token; offset "first": induction with the first sequence's k in every
-    sequence."""
+    sequence; offset "outside": key ``max(t - k + 1, 0)`` for every query
+    *outside* the second copy (the first token, in the first copy), the
+    query itself inside it."""
     batch = k.size(0)
     scores = torch.randn(num_layers, batch, num_heads, length, length,
                          generator=generator)
@@ -327,6 +338,9 @@ def _planted_weights(generator: torch.Generator, roles: dict,
     for (layer, head), offset in roles.items():
         if offset is None:
             target = (q - 1).clamp(min=0).expand(batch, length)  # (B, L)
+        elif offset == "outside":
+            second = (q >= k) & (q < 2 * k - 1)  # (B, L)
+            target = torch.where(second, q, (q - k + 1).clamp(min=0))
         elif offset == "first":
             k0 = k[:1]  # (1, 1): the first sequence's k, for every one
             second = (q >= k0) & (q < 2 * k0 - 1)  # (1, L)
@@ -350,9 +364,13 @@ INDUCTION = catalogue(
     previous_token=("that is a previous-token head: it looks one step "
                     "back everywhere; the induction head looks k - 1 steps "
                     "back, in the second copy only", _INDUCTION),
-    twin=("that head looks at the earlier twin itself (key t - k); the "
-          "induction head looks at the token after it, key t - k + 1",
-          _INDUCTION),
+    twin=("that head looks at the earlier twin itself: scoring key "
+          "t - k is one too early; the induction head looks at the token "
+          "after the twin, key t - k + 1", _INDUCTION),
+    all_queries=("that head looks at key t - k + 1 (clamped to 0: the "
+                 "first token) only outside the second copy; score only "
+                 "the queries of the second copy, k <= t < 2k - 1",
+                 _INDUCTION),
     swapped=("the pair is (layer, head), in that order: divmod(index, H) "
              "of the flattened (layers, H) scores", _INDUCTION),
     first_k=("that head looks back by the first sequence's k in every "
@@ -376,12 +394,14 @@ def check_find_induction_head(
     first ``k`` tokens repeat once (``k`` is ``(B, 1)``)."""
     generator = torch.Generator().manual_seed(154)
     length = 23
-    for num_layers, num_heads, induction, previous, twin, first in (
-            (2, 3, (1, 2), (0, 1), (1, 0), (0, 2)),
-            (3, 2, (2, 0), (1, 1), (0, 0), (0, 1)),
-            (2, 4, (1, 1), (0, 3), (1, 3), (0, 1))):
+    for (num_layers, num_heads, induction, previous, twin, first,
+         outside) in (
+            (2, 3, (1, 2), (0, 1), (1, 0), (0, 2), (1, 1)),
+            (3, 2, (2, 0), (1, 1), (0, 0), (0, 1), (1, 0)),
+            (2, 4, (1, 1), (0, 3), (1, 3), (0, 1), (1, 2))):
         k = torch.randint(6, 12, (40, 1), generator=generator)
-        roles = {induction: 1, previous: None, twin: 0, first: "first"}
+        roles = {induction: 1, previous: None, twin: 0, first: "first",
+                 outside: "outside"}
         weights = _planted_weights(generator, roles, num_layers, num_heads,
                                    k, length)
         call = attempt(fn, weights, k, shown=f"weights "
@@ -399,6 +419,7 @@ def check_find_induction_head(
         for mistake, head in (("previous_token", previous), ("twin", twin),
                               ("swapped", induction[::-1]),
                               ("first_k", first),
+                              ("all_queries", outside),
                               ("one_based", one_based),
                               ("one_based", (one_based[0],
                                              one_based[1] + 1))):
