@@ -240,9 +240,11 @@ class MultiHeadLatentAttention(nn.Module):
         pad_k = (-(width + pad_v + self.rope_dim)) % 8
         one = torch.ones_like(latent[..., :1])  # (B, 1, Lk, 1)
         zeros = latent.new_zeros(*latent.shape[:-1], pad_v + pad_k)
+        # [c, 1, 0, k_r, 0]: (B, 1, Lk, C + 1 + R + pads), a copy of the
+        # cache at every call (SDPA takes one key tensor)
         keys = torch.cat([latent, one, zeros[..., :pad_v], k_rope,
-                          zeros[..., pad_v:]], dim=-1)  # (B, 1, Lk, C+1+R)
-        values = keys[..., :width + pad_v]  # (B, 1, Lk, C + 1): [c, 1]
+                          zeros[..., pad_v:]], dim=-1)
+        values = keys[..., :width + pad_v]  # [c, 1, 0]
         # (B, H, Lq, D) @ (H, D, C + 1) -> (B, H, Lq, C + 1): keys'
         # up-projection moved to the query side
         q_zeros = q.new_zeros(*q.shape[:-1], pad_v + pad_k)
@@ -250,7 +252,7 @@ class MultiHeadLatentAttention(nn.Module):
                              q_zeros[..., pad_v:]], dim=-1)
         # One key/value "head" shared by all H heads:
         out, weights = self._attend(queries, keys, values, mask,
-                                    need_weights, scale)  # (B, H, Lq, C+1)
+                                    need_weights, scale)  # [c, 1, 0] sums
         # (B, H, Lq, C + 1) @ (H, C + 1, D) -> (B, H, Lq, D): values'
         # up-projection
         return out[..., :width] @ w_uv.transpose(1, 2), weights
