@@ -290,9 +290,9 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     path.
 
     PyTorch's kernels on the CPU give zeros there too since 2.5 (NaN
-    before), but not every back end does: cuDNN's, which CUDA picks for
-    float16 and bfloat16 with a mask, returned finite non-zero values on
-    an H200 (the ``empty_rows`` section of
+    before), but not every back end does: cuDNN's returned finite
+    non-zero values on an H200 in float16 and bfloat16 with a mask, and
+    the default dispatch's values matched it (the ``empty_rows`` section of
     :func:`mha_lib.gpu_record.recorded`). The library does not rely on
     any of them: the kernel is let attend everything on such a row (finite
     numbers and gradients), and the row is zeroed afterwards.
