@@ -49,6 +49,7 @@ measurement). :func:`recorded` returns the record the book quotes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -472,7 +473,7 @@ def _decode_ms(module, cache, new, pinned, **kw) -> tuple[list, list]:
                 ]
             )
             if pinned
-            else _nothing()
+            else contextlib.nullcontext()
         )
 
     for t in range(new.size(1) - 1):
@@ -500,14 +501,6 @@ def _decode_ms(module, cache, new, pinned, **kw) -> tuple[list, list]:
         }
     )
     return times, ops
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def decode(
