@@ -236,6 +236,35 @@ BIDIRECTIONAL = catalogue(
 )
 
 
+def _run_score_mod(made, q: torch.Tensor, k: torch.Tensor,
+                   v: torch.Tensor, python_math) -> tuple:
+    """``flex_attention(q, k, v)`` with the answer's score_mod, run eagerly:
+    ``(output, None)``, or ``(None, verdict)`` when it is no function or
+    fails (``python_math`` names Python math met by a tensor)."""
+    import warnings
+
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if not callable(made.value):
+        return None, _not_a_function(
+            made, "score_mod(score, b, h, q_idx, kv_idx)")
+
+    def flex_attention_with_your_score_mod(score_mod=made.value):
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=".*without torch.compile")
+            return flex_attention(q, k, v, score_mod=score_mod)
+
+    call = attempt(flex_attention_with_your_score_mod, shown="")
+    if call.verdict is not None and any(
+            word in str(call.error).lower() for word in _PYTHON_MATH):
+        return None, python_math.verdict(f"the score_mod of {made.label}")
+    if call.verdict is not None:
+        return None, Verdict(False, f"the score_mod of {made.label}: "
+                                    f"{call.verdict.message}")
+    return call.value, None
+
+
 def _adds_key_only(score_mod: Callable, scores: torch.Tensor,
                    m: torch.Tensor, i: torch.Tensor,
                    j: torch.Tensor) -> bool:
@@ -258,10 +287,6 @@ def check_bidirectional_alibi(
     score, b, h, q_idx, kv_idx)`` for an encoder's ALiBi, ``score -
     slopes[h] * |q_idx - kv_idx|`` (no mask); checked through eager
     ``flex_attention`` against the dense computation."""
-    import warnings
-
-    from torch.nn.attention.flex_attention import flex_attention
-
     generator = torch.Generator().manual_seed(17)
     q, k, v = torch.randn(3, 1, 4, 7, 8, generator=generator).unbind(0)
     q = 2 * q  # (B, H, L, D), scores of order 2
@@ -274,24 +299,10 @@ def check_bidirectional_alibi(
                        shown=f"slopes {tuple(slopes.shape)}")
         if made.verdict is not None:
             return made.verdict
-        if not callable(made.value):
-            return _not_a_function(
-                made, "score_mod(score, b, h, q_idx, kv_idx)")
-
-        def flex_attention_with_your_score_mod(score_mod=made.value):
-            with warnings.catch_warnings():
-                warnings.filterwarnings(
-                    "ignore", message=".*without torch.compile")
-                return flex_attention(q, k, v, score_mod=score_mod)
-
-        call = attempt(flex_attention_with_your_score_mod, shown="")
-        if call.verdict is not None and any(
-                word in str(call.error).lower() for word in _PYTHON_MATH):
-            return BIDIRECTIONAL["python_math"].verdict(
-                f"the score_mod of {made.label}")
-        if call.verdict is not None:
-            return Verdict(False, f"the score_mod of {made.label}: "
-                                  f"{call.verdict.message}")
+        given, refused = _run_score_mod(made, q, k, v,
+                                        BIDIRECTIONAL["python_math"])
+        if refused is not None:
+            return refused
         m = slopes[:, None, None]  # (H, 1, 1)
         if _adds_key_only(made.value, scores, m, i, j):
             return BIDIRECTIONAL["key_only"].verdict(
@@ -303,7 +314,7 @@ def check_bidirectional_alibi(
         distance = (i - j).abs()  # (L, L)
         problem = check_tensor(
             f"flex_attention with the score_mod of {made.label}",
-            call.value, out(scores - m * distance),
+            given, out(scores - m * distance),
             axes="(B, H, L, D)", mistakes=[
                 (BIDIRECTIONAL["sign"], out(scores + m * distance)),
                 (BIDIRECTIONAL["one_sided"], out(scores + m * (j - i))),
@@ -347,10 +358,6 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
     score, b, h, q_idx, kv_idx)`` for Gemma 2's soft-capping of the
     scores, ``cap * tanh(score / cap)``; checked through eager
     ``flex_attention`` against the dense computation."""
-    import warnings
-
-    from torch.nn.attention.flex_attention import flex_attention
-
     generator = torch.Generator().manual_seed(17)
     # (B, H, L, D) with scores up to about 10, beyond the caps below
     q, k, v = torch.randn(3, 1, 2, 6, 8, generator=generator).unbind(0)
@@ -359,24 +366,10 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
         made = attempt(fn, cap)
         if made.verdict is not None:
             return made.verdict
-        if not callable(made.value):
-            return _not_a_function(
-                made, "score_mod(score, b, h, q_idx, kv_idx)")
-
-        def flex_attention_with_your_score_mod(score_mod=made.value):
-            with warnings.catch_warnings():
-                warnings.filterwarnings(
-                    "ignore", message=".*without torch.compile")
-                return flex_attention(q, k, v, score_mod=score_mod)
-
-        call = attempt(flex_attention_with_your_score_mod, shown="")
-        if call.verdict is not None and any(
-                word in str(call.error).lower() for word in _PYTHON_MATH):
-            return SOFTCAP["math_tanh"].verdict(
-                f"the score_mod of {made.label}")
-        if call.verdict is not None:
-            return Verdict(False, f"the score_mod of {made.label}: "
-                                  f"{call.verdict.message}")
+        given, refused = _run_score_mod(made, q, k, v,
+                                        SOFTCAP["math_tanh"])
+        if refused is not None:
+            return refused
         scores = q @ k.mT / math.sqrt(q.size(-1))  # (B, H, L, L)
 
         def out(s: torch.Tensor) -> torch.Tensor:
@@ -384,7 +377,7 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
 
         problem = check_tensor(
             f"flex_attention with the score_mod of {made.label}",
-            call.value, out(cap * torch.tanh(scores / cap)),
+            given, out(cap * torch.tanh(scores / cap)),
             axes="(B, H, L, D)", mistakes=[
                 (SOFTCAP["uncapped"], out(scores)),
                 (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
