@@ -315,7 +315,7 @@ def heads_side_by_side(s: Shapes) -> Svg:
     gray = [(BOX, BOX_EDGE)] * dm
     cx, c = WIDTH / 2, 9
     # the input
-    svg.text(cx, 22, f"X: one sentence, L \u00d7 d_model = {n} \u00d7 {dm}", size=14,
+    svg.text(cx, 22, f"X: one sentence, L \u00d7 d_model = {n} \u00d7 {dm}", size=16,
              weight="bold")
     _grid(svg, cx - dm * c / 2, 32, n, dm, c, gray)
     top = 32 + n * c
@@ -329,7 +329,7 @@ def heads_side_by_side(s: Shapes) -> Svg:
         svg.rect(x, 112, col_w, 318, fill="#ffffff", stroke=edge, width=1.4)
         svg.text(mid, 132, f"head {i}", size=15, weight="bold", fill=edge)
         svg.text(mid, 157, f"XW_{{{i}}}^{{Q}},  XW_{{{i}}}^{{K}},  XW_{{{i}}}^{{V}}",
-                 size=15)
+                 size=17)
         for k, name in enumerate("QKV"):
             gx = mid - 48 + k * 36
             _grid(svg, gx, 166, n, d, c, [(fill, edge)] * d)
@@ -339,7 +339,7 @@ def heads_side_by_side(s: Shapes) -> Svg:
         _grid(svg, mid - n * c / 2 - 30, ay, n, n, c, [(fill, edge)] * n)
         svg.text(mid - 30 + n * c / 2 + 8, ay + 22, f"A_{{{i}}}", size=15, anchor="start",
                  weight="bold")
-        svg.text(mid - 30 + n * c / 2 + 8, ay + 40, f"{n} \u00d7 {n}", size=14,
+        svg.text(mid - 30 + n * c / 2 + 8, ay + 40, f"{n} \u00d7 {n}", size=16,
                  anchor="start", fill=MUTED)
         svg.line(mid, ay + n * c + 4, mid, ay + n * c + 24, stroke=edge)
         svg.text(mid + 6, ay + n * c + 19, f"A_{{{i}}}V_{{{i}}}", size=15, anchor="start")
@@ -347,7 +347,7 @@ def heads_side_by_side(s: Shapes) -> Svg:
         _grid(svg, mid - d * c / 2 - 30, oy, n, d, c, [(fill, edge)] * d)
         svg.text(mid - 30 + d * c / 2 + 8, oy + 22, f"head_{{{i}}}", size=15,
                  anchor="start", weight="bold")
-        svg.text(mid - 30 + d * c / 2 + 8, oy + 40, f"{n} \u00d7 {d}", size=14,
+        svg.text(mid - 30 + d * c / 2 + 8, oy + 40, f"{n} \u00d7 {d}", size=16,
                  anchor="start", fill=MUTED)
     # concatenation, W^O, output: one matrix product on the bottom row
     c2, by = 12, 512
@@ -355,15 +355,15 @@ def heads_side_by_side(s: Shapes) -> Svg:
     cat_x = 90
     svg.rect(gap, 446, WIDTH - 2 * gap, 28, fill=BOX)
     svg.text(cx, 465, f"concatenate side by side: head i fills columns {d}i to "
-             f"{d}i + {d - 1}", size=14)
+             f"{d}i + {d - 1}", size=16)
     for i in range(h):
         x = gap + i * (col_w + gap) + col_w / 2
         svg.line(x, 430, x, 444, stroke=HEAD_COLORS[i][1])
     svg.line(cat_x + dm * c2 / 2, 474, cat_x + dm * c2 / 2, by - 4)
     _grid(svg, cat_x, by, n, dm, c2, cat_fills)
     svg.text(cat_x + dm * c2 / 2, by + n * c2 + 18, "Concat(head_{0}, \u2026, "
-             f"head_{{{h - 1}}})", size=14, weight="bold")
-    svg.text(cat_x + dm * c2 / 2, by + n * c2 + 36, f"{n} \u00d7 {dm}", size=14, fill=MUTED)
+             f"head_{{{h - 1}}})", size=16, weight="bold")
+    svg.text(cat_x + dm * c2 / 2, by + n * c2 + 36, f"{n} \u00d7 {dm}", size=16, fill=MUTED)
     wx = cat_x + dm * c2 + 60
     svg.text(wx - 30, by + n * c2 / 2 + 6, "\u00d7", size=22)
     wo_fill = [("#d1d5db", MUTED)] * dm  # grey: W^O mixes all heads, none's colour
@@ -371,14 +371,14 @@ def heads_side_by_side(s: Shapes) -> Svg:
     svg.text(wx + dm * c2 / 2, by + n * c2 + 18 + (dm - n) * c2 / 2, "W^{O}", size=15,
              weight="bold")
     svg.text(wx + dm * c2 / 2, by + n * c2 + 36 + (dm - n) * c2 / 2,
-             f"{dm} \u00d7 {dm}", size=14, fill=MUTED)
+             f"{dm} \u00d7 {dm}", size=16, fill=MUTED)
     ox = wx + dm * c2 + 60
     svg.text(ox - 30, by + n * c2 / 2 + 6, "=", size=22)
     _grid(svg, ox, by, n, dm, c2, gray)
-    svg.text(ox + dm * c2 + 14, by + 22, "output", size=14, weight="bold", anchor="start")
-    svg.text(ox + dm * c2 + 14, by + 40, f"{n} \u00d7 {dm}: each column", size=14,
+    svg.text(ox + dm * c2 + 14, by + 22, "output", size=16, weight="bold", anchor="start")
+    svg.text(ox + dm * c2 + 14, by + 40, f"{n} \u00d7 {dm}: each column", size=16,
              anchor="start", fill=MUTED)
-    svg.text(ox + dm * c2 + 14, by + 58, "mixes all heads", size=14, anchor="start",
+    svg.text(ox + dm * c2 + 14, by + 58, "mixes all heads", size=16, anchor="start",
              fill=MUTED)
     return svg
 
