@@ -3132,3 +3132,11 @@ def _score_every_query(weights, k):
 
 WRONG["check_find_induction_head"]["all_queries"] = lambda: (
     _score_every_query,)
+
+
+# --- chapter 10: more planted mistakes (round 20) ---
+# Exercise 10.3: the value projection w_vs counted with d_k (fc still
+# from n_head * d_v): the classic d_k = d_v slip, named.
+WRONG["check_einsum_num_parameters"]["values_d_k/w_vs_only"] = lambda: (
+    lambda h, d, dk, dv: (3 * (d * h * dk + h * dk) + h * dv * d + d
+                          + 2 * d),)

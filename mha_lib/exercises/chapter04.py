@@ -343,7 +343,9 @@ def check_previous_token(q_proj: Callable[[torch.Tensor], torch.Tensor],
             True, f"every token t = 1..5 puts {on_previous.min():.2f} or "
                   "more of its weight on t - 1: a previous-token head")
     if q_proj is k_proj or torch.equal(Q, K):
-        return PREVIOUS["shared"].verdict("q_proj, k_proj")
+        label = ("q_proj is k_proj" if q_proj is k_proj
+                 else "q_proj(pos) equals k_proj(pos)")
+        return PREVIOUS["shared"].verdict(label)
     if bool((favourite == -1).all()):
         return PREVIOUS["too_flat"].verdict(
             f"least weight on t - 1: {on_previous.min():.2f}")

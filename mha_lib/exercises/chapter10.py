@@ -252,7 +252,7 @@ EINSUM_PARAMETERS = catalogue(
               "n_head * d_v inputs", "The running example and the module"),
     square_fc=("fc maps the n_head * d_v features of the heads back to "
                "d_model; it is not d_model x d_model", _PARTS),
-    values_d_k=("the values are counted with d_k: v_proj maps d_model to "
+    values_d_k=("the values are counted with d_k: w_vs maps d_model to "
                 "n_head * d_v features, and fc maps n_head * d_v back",
                 "The running example and the module"),
     queries_keys_d_v=("the queries and keys are counted with d_v: q and k "
@@ -301,6 +301,8 @@ def _wrong_counts(n_head: int, d_model: int, d_k: int, d_v: int) -> list:
             (EINSUM_PARAMETERS["square_fc"],
              count(d_k, d_v, fc_in=d_model)),
             (EINSUM_PARAMETERS["values_d_k"], count(d_k, d_k)),
+            (EINSUM_PARAMETERS["values_d_k"],  # w_vs only
+             count(d_k, d_k, fc_in=n_head * d_v)),
             (EINSUM_PARAMETERS["queries_keys_d_v"], count(d_v, d_v))]
 
 
