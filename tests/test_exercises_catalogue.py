@@ -3140,3 +3140,20 @@ WRONG["check_find_induction_head"]["all_queries"] = lambda: (
 WRONG["check_einsum_num_parameters"]["values_d_k/w_vs_only"] = lambda: (
     lambda h, d, dk, dv: (3 * (d * h * dk + h * dk) + h * dv * d + d
                           + 2 * d),)
+
+# --- chapter 6: more planted mistakes (round 20) ---
+# Exercises 6.1 and 6.2: an answer that returns the output alone, not the
+# pair (output, weights), is told so with a pointer to the section.
+def _output_only(q, k, v, tau=1.0):
+    scale = (tau * math.sqrt(q.size(-1))) ** -1
+    return torch.softmax(q @ k.mT * scale, dim=-1) @ v
+
+
+@pytest.mark.parametrize("checker", ["check_attention", "check_temperature"])
+def test_an_output_only_answer_gets_a_pointer(checker):
+    verdict = _check(checker, (_output_only,))
+    assert not verdict
+    section = "All steps in one function, checked twice"
+    assert section in _headings(6)
+    assert f"got Tensor (see '{section}' in chapter 6)" in " ".join(
+        verdict.message.split())

@@ -761,9 +761,9 @@ def sdpa(s: Shapes) -> Svg:
         _grid(svg, x, mid - h / 2, rows, cols, cell, [(fill, edge)] * cols)
         cx = x + w / 2
         svg.text(cx, top + L * cell + 24, name, size=15, weight="bold")
-        svg.text(cx, top + L * cell + 42, f"{rows} \u00d7 {cols}", size=13, family=MONO,
+        svg.text(cx, top + L * cell + 43, f"{rows} \u00d7 {cols}", size=14, family=MONO,
                  fill=MUTED)
-        svg.text(cx, top + L * cell + 60, note, size=12.5, fill=MUTED)
+        svg.text(cx, top + L * cell + 63, note, size=15, fill=MUTED)
         x += w
         if between == "dot":
             svg.text(x + gap / 2, mid + 6, "\u00b7", size=22, weight="bold")
@@ -771,9 +771,9 @@ def sdpa(s: Shapes) -> Svg:
             svg.line(x + 8, mid, x + gap - 8, mid)
         elif between == "softmax":
             svg.line(x + 8, mid, x + gap - 8, mid, stroke=HOT_EDGE)
-            svg.text(x + gap / 2, mid - 24, "\u00f7 \u221ad_{k}, then", size=13,
+            svg.text(x + gap / 2, mid - 27, "\u00f7 \u221ad_{k}, then", size=15,
                      fill=HOT_EDGE)
-            svg.text(x + gap / 2, mid - 8, "softmax per row", size=13, fill=HOT_EDGE)
+            svg.text(x + gap / 2, mid - 9, "softmax per row", size=15, fill=HOT_EDGE)
         x += gap
     return svg
 

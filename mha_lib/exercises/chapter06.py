@@ -29,6 +29,7 @@ _SCALE = "Why divide by $\\sqrt{d_k}$"
 _SOFTMAX = "The softmax: weights that sum to one"
 _SATURATES = "What goes wrong without the scale: softmax saturates"
 _SCORES = "Scores: one dot product per query and key"
+_FUNCTION = "All steps in one function, checked twice"
 
 
 def _qkv(seed: int, batch: tuple[int, ...], lq: int, lk: int, d: int,
@@ -110,7 +111,8 @@ def _compare_pair(
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         return Verdict(False, f"{call.label} should return a pair "
                               f"(output, weights), got "
-                              f"{type(got).__name__}")
+                              f"{type(got).__name__} (see '{_FUNCTION}' "
+                              f"in chapter 6)")
     for index, name, axes in ((1, "weights", "(..., Lq, Lk)"),
                               (0, "output", "(..., Lq, Dv)")):
         problem = check_tensor(
