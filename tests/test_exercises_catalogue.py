@@ -3157,3 +3157,28 @@ def test_an_output_only_answer_gets_a_pointer(checker):
     assert section in _headings(6)
     assert f"got Tensor (see '{section}' in chapter 6)" in " ".join(
         verdict.message.split())
+
+# --- chapter 18: more planted mistakes (round 20) ---
+# Exercise 18.1: each head's block reshaped to (C, D) and transposed (the
+# transposed hint names it); the heads merged before the product.
+# Exercise 18.3: kv_down.weight alone, or k_up.weight alone.
+WRONG["check_absorbed_query"].update({
+    "transposed/reshaped": lambda: (
+        lambda q, w, h: q @ w.reshape(h, w.size(1), -1).mT,),
+    "heads_merged": lambda: (
+        lambda q, w, h: q.transpose(1, 2).flatten(2) @ w,),
+})
+WRONG["check_key_projection"].update({
+    "latent_only": lambda: (lambda m: m.kv_down.weight,),
+    "up_only": lambda: (lambda m: m.k_up.weight,),
+})
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_absorbed_query", "transposed/reshaped"),
+    ("check_absorbed_query", "heads_merged"),
+    ("check_key_projection", "latent_only"),
+    ("check_key_projection", "up_only"),
+])
+def test_chapter18_round20_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

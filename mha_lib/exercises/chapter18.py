@@ -32,7 +32,13 @@ ABSORB = catalogue(
     head_minor=("the rows of w_uk are grouped head by head, "
                 "unflatten(0, (H, D)), not (D, H)", _LATENT),
     transposed=("the latent query is W_uk[h]^T q_h: with q as rows that "
-                "is q @ w_uk[h], not q @ w_uk[h].T", _ABSORBED),
+                "is q @ w_uk[h], each head's (D, C) block as stored, not "
+                "transposed (w_uk[h].T) nor reshaped to (C, D)",
+                _ABSORBED),
+    heads_merged=("that adds up the heads: merged heads (B, L, H * D) @ "
+                  "w_uk sum every head's latent query into one; keep the "
+                  "head axis, (B, H, L, D) @ (H, D, C) -> (B, H, L, C)",
+                  _ABSORBED),
     scaled=("no scale here: the latent query only moves W_uk[h] to the "
             "query side; the scores are scaled later, by 1/sqrt(D + R), "
             "as in the explicit form", _ABSORBED),
@@ -80,6 +86,11 @@ def check_absorbed_query(
                     torch.matmul, q, w_uk.unflatten(
                         0, (head_dim, heads)).transpose(0, 1))),
                 (ABSORB["transposed"], partial(torch.matmul, q, blocks.mT)),
+                (ABSORB["transposed"], partial(
+                    torch.matmul, q,
+                    w_uk.reshape(heads, latent, head_dim).mT)),
+                (ABSORB["heads_merged"], partial(
+                    torch.matmul, q.transpose(1, 2).flatten(2), w_uk)),
                 (ABSORB["scaled"], partial(torch.div, expected,
                                            head_dim ** 0.5)),
                 (ABSORB["head_zero"], partial(torch.matmul, q, blocks[0])),
@@ -164,6 +175,12 @@ KEY = catalogue(
                  "left", _LATENT),
     values=("that is the value projection (v_up); the keys go through "
             "k_up", _LATENT),
+    latent_only=("that is kv_down.weight alone, the map from x to the "
+                 "latent: you left out k_up, which turns the latent into "
+                 "keys; W = k_up.weight @ kv_down.weight", _LATENT),
+    up_only=("that is k_up.weight alone, which reads the latent, not x: "
+             "you left out kv_down; W = k_up.weight @ kv_down.weight",
+             _LATENT),
 )
 
 
@@ -199,6 +216,8 @@ def check_key_projection(
                     (KEY["transposed"], expected.T),
                     (KEY["wrong_order"], partial(torch.matmul, down, up)),
                     (KEY["values"], module.v_up.weight @ down),
+                    (KEY["latent_only"], down),
+                    (KEY["up_only"], up),
                 ])
             if problem is not None:
                 return problem
