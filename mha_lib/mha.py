@@ -294,7 +294,7 @@ def fused_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     non-zero values on an H200 in float16 and bfloat16 with a mask, and
     the default dispatch's values matched it (the ``empty_rows`` section of
     :func:`mha_lib.gpu_record.recorded`). The library does not rely on
-    any of them: the kernel is let attend everything on such a row (finite
+    any of them: on such a row the kernel may attend every key (finite
     numbers and gradients), and the row is zeroed afterwards.
 
     Args:
