@@ -52,7 +52,7 @@ CONCAT = catalogue(
                "transpose to (B, L, H, D)) before flattening", _CONCAT),
     view=("view cannot fuse the axes of a transposed tensor, which is "
           "not contiguous in memory: use reshape, or "
-          ".contiguous().view(...)", "`view` after the transpose"),
+          ".contiguous().view(...)", _CONCAT),
 )
 
 
