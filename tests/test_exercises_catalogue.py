@@ -3182,3 +3182,30 @@ WRONG["check_key_projection"].update({
 ])
 def test_chapter18_round20_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- chapter 8: more planted mistakes (round 20) ---
+# Exercise 8.4: both reshapes without their transpose, the split
+# straight to (B, H, L, D) and the merge straight back.
+
+
+def _mha_forward_both_no_transpose(layers, num_heads, query, key, value,
+                                   mask):
+    q, k, v = (layers[n](t) for n, t in (
+        ("q_proj", query), ("k_proj", key), ("v_proj", value)))
+    batch, length, d_model = q.shape
+    d_k = d_model // num_heads
+    split = lambda t: t.view(batch, num_heads, -1, d_k)  # noqa: E731
+    scores = split(q) @ split(k).transpose(-2, -1) / math.sqrt(d_k)
+    if mask is not None:
+        empty = ~mask.any(-1, keepdim=True)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.masked_fill(empty, 0.0).softmax(-1)
+        weights = weights.masked_fill(empty, 0.0)
+    else:
+        weights = scores.softmax(-1)
+    merged = (weights @ split(v)).reshape(batch, length, d_model)
+    return layers["out_proj"](merged)
+
+
+WRONG["check_mha_forward"]["both_no_transpose"] = lambda: (
+    _mha_forward_both_no_transpose,)

@@ -52,7 +52,7 @@ CONCAT = catalogue(
                "transpose to (B, L, H, D)) before flattening", _CONCAT),
     view=("view cannot fuse the axes of a transposed tensor, which is "
           "not contiguous in memory: use reshape, or "
-          ".contiguous().view(...)", "`view` after the transpose"),
+          ".contiguous().view(...)", _CONCAT),
 )
 
 
@@ -292,6 +292,11 @@ FORWARD = catalogue(
     merge_no_transpose=("the heads are merged by reshaping (B, H, L, D) "
                         "straight to (B, L, d_model): transpose(1, 2) "
                         "first", "The way back: `merge_heads`", 5),
+    both_no_transpose=("both reshapes skip the transpose: the split "
+                       "reshapes straight to (B, H, L, D) and the merge "
+                       "straight back, so each head mixes positions; "
+                       "split to (B, L, H, D) then transpose(1, 2), and "
+                       "transpose back before merging", _SPLIT_VIEW, 5),
     no_out_proj=("out_proj is missing: the merged heads go through "
                  "layers['out_proj']", "The output projection"),
     scale_d_model=("the scores are divided by sqrt(d_model): a head's dot "
@@ -354,7 +359,7 @@ def _wrong_forward(layers: torch.nn.ModuleDict, num_heads: int,
     head_dim = d_model // num_heads
 
     def split(t: torch.Tensor) -> torch.Tensor:
-        if how == "split_no_transpose":
+        if how in ("split_no_transpose", "both_no_transpose"):
             return t.reshape(batch, num_heads, t.size(1), head_dim)
         return t.reshape(batch, t.size(1), num_heads,
                          head_dim).transpose(1, 2)
@@ -367,7 +372,7 @@ def _wrong_forward(layers: torch.nn.ModuleDict, num_heads: int,
         scores = scores.masked_fill(~keep, fill)
     weights = scores.softmax(dim=-2 if how == "softmax_dim" else -1)
     heads = weights @ split(v)  # (B, H, Lq, D)
-    if how == "merge_no_transpose":
+    if how in ("merge_no_transpose", "both_no_transpose"):
         merged = heads.reshape(batch, length, d_model)
     else:
         merged = heads.transpose(1, 2).reshape(batch, length, d_model)
