@@ -153,3 +153,18 @@ def test_latent_cache_sizes() -> None:
     p = make_figures.latent_picture()
     assert p.cached_keys == (3, 1, 6, 2) and p.cached_values == (3, 1, 6, 3)
     assert sorted(p.per_token.values()) == [4, 5, 8, 16]
+
+
+def test_intro_heat_map_is_chapter_15s_stored_output() -> None:
+    """The introduction shows chapter 15's induction-head map as a copied PNG: after chapter
+    15 is re-executed the copy must follow (write the cell's image/png to the file again)."""
+    import base64
+    import json
+
+    notebook = json.loads((REPO / "book" / "15_attention_at_work.ipynb").read_text("utf-8"))
+    cell = next(c for c in notebook["cells"] if c.get("id") == "cell-31")
+    images = [base64.b64decode(o["data"]["image/png"]) for o in cell["outputs"]
+              if "image/png" in o.get("data", {})]
+    assert len(images) == 1, f"chapter 15's cell-31 has {len(images)} images, expected 1"
+    assert (FIGURES / "induction_heads.png").read_bytes() == images[0], (
+        "book/figures/induction_heads.png differs from chapter 15's stored map (cell-31)")
