@@ -3209,3 +3209,28 @@ def _mha_forward_both_no_transpose(layers, num_heads, query, key, value,
 
 WRONG["check_mha_forward"]["both_no_transpose"] = lambda: (
     _mha_forward_both_no_transpose,)
+
+# --- chapter 1: more planted mistakes (round 22) ---
+# Exercise 1.1: a tokenizer that also deletes ; or : or " (each alone).
+# Exercise 1.2: rows padded to 6, the running example's length, not to 4.
+def _tokenize_deleting(mark):
+    return lambda t: tokenize(t.replace(",", "").replace(mark, ""))
+
+
+WRONG["check_tokenizer"].update({
+    "too_much_removed/semicolon": lambda: (_tokenize_deleting(";"),),
+    "too_much_removed/colon": lambda: (_tokenize_deleting(":"),),
+    "too_much_removed/quote": lambda: (_tokenize_deleting('"'),),
+})
+WRONG["check_padded_batch"]["padded_too_far"] = lambda: (
+    [[12, 13, 3, 8, 0, 0], [1, 2, 10, 0, 0, 0]], [4, 3])
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_tokenizer", "too_much_removed/semicolon"),
+    ("check_tokenizer", "too_much_removed/colon"),
+    ("check_tokenizer", "too_much_removed/quote"),
+    ("check_padded_batch", "padded_too_far"),
+])
+def test_chapter1_round22_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

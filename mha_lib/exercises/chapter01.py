@@ -61,9 +61,10 @@ TOKENIZER = catalogue(
                      "swallows runs of spaces (\"two  spaces\" gives no "
                      "empty token ''): delete every comma, then split on "
                      "\" \"", "Tokenization"),
-    too_much_removed=("other characters went too (an apostrophe or a "
-                      "hyphen): only commas go, besides the ! . ? that "
-                      "tokenize drops", "Tokenization"),
+    too_much_removed=("other characters went too (an apostrophe, a "
+                      "hyphen, a colon, a semicolon or a quote mark): only "
+                      "commas go, besides the ! . ? that tokenize drops",
+                      "Tokenization"),
 )
 
 
@@ -74,7 +75,8 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
                  "Don't stop, said the well-known cat.",
                  "Dr. Who? It costs 3.5 euros!",
                  "It costs 1,000 euros, or 1,500.",
-                 "Two  spaces, then one."]:
+                 "Two  spaces, then one.",
+                 'He said: "no; not yet".']:
         call = attempt(fn, text, shown=repr(text))
         if call.verdict is not None:
             return call.verdict
@@ -211,6 +213,10 @@ PADDED = catalogue(
     ragged=("the rows have different lengths: pad the shorter one with "
             "the id of \"<pad>\" to the length of the longer",
             "Padding sentences of different lengths"),
+    padded_too_far=("the rows are padded beyond the longest text: encode "
+                    "pads to the longest text of this batch, 4 tokens "
+                    "(not, say, to the 6 of the running example)",
+                    "Padding sentences of different lengths"),
 )
 
 
@@ -251,6 +257,11 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
             return PADDED["no_pad_vocab"].verdict("ids")
         if torch.equal(ids[real].long(), want_ids[real]):
             return PADDED["pad_id"].verdict("ids")
+    if isinstance(ids, torch.Tensor) and ids.dim() == 2 \
+            and ids.size(0) == 2 and ids.size(1) > want_ids.size(1) \
+            and torch.equal(ids[:, :want_ids.size(1)].long(), want_ids) \
+            and not ids[:, want_ids.size(1):].any():
+        return PADDED["padded_too_far"].verdict("ids")
     problem = check_tensor("ids", ids, want_ids, axes="(B, L)",
                            mistakes=[(PADDED["left_padding"], left),
                                      (PADDED["swapped"], swapped)])
