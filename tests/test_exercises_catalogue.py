@@ -3209,3 +3209,25 @@ def _mha_forward_both_no_transpose(layers, num_heads, query, key, value,
 
 WRONG["check_mha_forward"]["both_no_transpose"] = lambda: (
     _mha_forward_both_no_transpose,)
+
+# --- chapter 7: more planted mistakes (round 22) ---
+# Exercise 7.3: the 0/1 keep mask added to the scores as a float, the
+# mistake chapter 7's "Float masks" warning names, with or without the
+# empty rows zeroed afterwards.
+WRONG["check_safe_softmax"].update({
+    "float_mask": lambda: (
+        lambda s, m: torch.softmax(s + m.float(), dim=-1),),
+    "float_mask/empty_zeroed": lambda: (
+        lambda s, m: torch.softmax(s + m.to(s.dtype), dim=-1).masked_fill(
+            ~m.any(dim=-1, keepdim=True), 0.0),),
+})
+
+
+@pytest.mark.parametrize("name", ["float_mask", "float_mask/empty_zeroed"])
+def test_chapter7_added_float_mask_gets_its_own_hint(name):
+    verdict = _check("check_safe_softmax", WRONG["check_safe_softmax"][name]())
+    assert not verdict
+    hint = CATALOGUE["check_safe_softmax"]["float_mask"]
+    assert hint.message in verdict.message and "blocks nothing" in hint.hint
+    assert "finite fill" not in verdict.message
+    assert hint.section == "Float masks"
