@@ -3231,3 +3231,18 @@ def test_chapter7_added_float_mask_gets_its_own_hint(name):
     assert hint.message in verdict.message and "blocks nothing" in hint.hint
     assert "finite fill" not in verdict.message
     assert hint.section == "Float masks"
+
+
+# Exercise 7.3: the NaN of an empty row replaced by 1/Lk (a uniform row)
+# gets the finite-fill hint, which names it too.
+WRONG["check_safe_softmax"]["finite_fill/nan_to_uniform"] = lambda: (
+    lambda s, m: torch.softmax(s.masked_fill(~m, INF), dim=-1).nan_to_num(
+        1.0 / s.shape[-1]),)
+
+
+def test_chapter7_nan_made_uniform_gets_the_finite_fill_hint():
+    verdict = _check("check_safe_softmax",
+                     WRONG["check_safe_softmax"]["finite_fill/nan_to_uniform"]())
+    assert not verdict
+    hint = CATALOGUE["check_safe_softmax"]["finite_fill"].hint
+    assert hint in verdict.message and "nan_to_num(1/Lk)" in hint

@@ -154,8 +154,9 @@ SAFE = catalogue(
     "check_safe_softmax", 7,
     finite_fill=("the query that sees no key gets uniform weights, not "
                  "zeros: a finite fill (-1e9, finfo.min) cannot tell an "
-                 "empty row from a full one; fill with -inf and zero the "
-                 "empty rows", _EMPTY),
+                 "empty row from a full one, and nan_to_num(1/Lk) after a "
+                 "-inf fill makes the same row; fill with -inf and zero "
+                 "the empty rows", _EMPTY),
     multiplied=("the hidden scores are set to 0 (multiplied by the mask or "
                 "filled with 0), not hidden: a "
                 "score of 0 still gets weight e^0 after the softmax, as "
