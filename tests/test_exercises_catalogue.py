@@ -3234,3 +3234,40 @@ WRONG["check_padded_batch"]["padded_too_far"] = lambda: (
 ])
 def test_chapter1_round22_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- chapter 7: more planted mistakes (round 22) ---
+# Exercise 7.3: the 0/1 keep mask added to the scores as a float, the
+# mistake chapter 7's "Float masks" warning names, with or without the
+# empty rows zeroed afterwards.
+WRONG["check_safe_softmax"].update({
+    "float_mask": lambda: (
+        lambda s, m: torch.softmax(s + m.float(), dim=-1),),
+    "float_mask/empty_zeroed": lambda: (
+        lambda s, m: torch.softmax(s + m.to(s.dtype), dim=-1).masked_fill(
+            ~m.any(dim=-1, keepdim=True), 0.0),),
+})
+
+
+@pytest.mark.parametrize("name", ["float_mask", "float_mask/empty_zeroed"])
+def test_chapter7_added_float_mask_gets_its_own_hint(name):
+    verdict = _check("check_safe_softmax", WRONG["check_safe_softmax"][name]())
+    assert not verdict
+    hint = CATALOGUE["check_safe_softmax"]["float_mask"]
+    assert hint.message in verdict.message and "blocks nothing" in hint.hint
+    assert "finite fill" not in verdict.message
+    assert hint.section == "Float masks"
+
+
+# Exercise 7.3: the NaN of an empty row replaced by 1/Lk (a uniform row)
+# gets the finite-fill hint, which names it too.
+WRONG["check_safe_softmax"]["finite_fill/nan_to_uniform"] = lambda: (
+    lambda s, m: torch.softmax(s.masked_fill(~m, INF), dim=-1).nan_to_num(
+        1.0 / s.shape[-1]),)
+
+
+def test_chapter7_nan_made_uniform_gets_the_finite_fill_hint():
+    verdict = _check("check_safe_softmax",
+                     WRONG["check_safe_softmax"]["finite_fill/nan_to_uniform"]())
+    assert not verdict
+    hint = CATALOGUE["check_safe_softmax"]["finite_fill"].hint
+    assert hint in verdict.message and "nan_to_num(1/Lk)" in hint

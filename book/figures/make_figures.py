@@ -597,7 +597,8 @@ def _d2l_strip_shapes(s: Shapes) -> dict[str, tuple[int, ...] | None]:
 def _einsum_strip_shapes(s: Shapes, d_k: int = 3, d_v: int = 5
                          ) -> dict[str, tuple[int, ...] | None]:
     """Chapter 10: EinsumMultiHeadAttention with d_k = 3, d_v = 5, heads first,
-    (H, B, L, d_k); the box "Q K V" shows the queries' H * d_k features."""
+    (H, B, L, d_k); the box "Q K V" shows the queries' (and keys') H * d_k
+    features, and "V" the values' H * d_v."""
     import mha_lib
     from einops import rearrange
 
@@ -611,7 +612,8 @@ def _einsum_strip_shapes(s: Shapes, d_k: int = 3, d_v: int = 5
         attended = torch.einsum("hblt,hbtv->hblv", attn, v_heads)     # (H, B, L, d_v)
         merged = rearrange(attended, "head b l v -> b l (head v)")    # (B, L, H*d_v)
     return {"text": None, "ids": s.ids, "embed": s.embedded, "+ pos": s.positioned,
-            "Q K V": tuple(q.shape), "heads": tuple(q_heads.shape),
+            "Q K V": tuple(q.shape), "V": tuple(m.w_vs(x).shape),
+            "heads": tuple(q_heads.shape),
             "attention": tuple(attended.shape), "merge": tuple(merged.shape),
             "W^{O}": tuple(output.shape)}
 
@@ -628,6 +630,10 @@ def strip_alt(chapter: int, s: Shapes | None = None) -> str:
     shapes = _strip_shapes(s, chapter)
     stages = ", ".join(_plain(st) + (f" {fmt(shapes[st])}" if shapes[st] else "")
                        for st in STRIP_STAGES)
+    if shapes.get("V"):  # chapter 10: d_v != d_k
+        stages = stages.replace(f"Q K V {fmt(shapes['Q K V'])}",
+                                f"Q K V: Q and K {fmt(shapes['Q K V'])}, "
+                                f"V {fmt(shapes['V'])}")
     where = (f"this chapter covers {' and '.join(_plain(h) for h in hot)}" if hot else "")
     if module:
         where += ("; " if where else "this chapter covers ") + (
@@ -641,8 +647,9 @@ def strip_alt(chapter: int, s: Shapes | None = None) -> str:
 def strip(chapter: int, s: Shapes) -> Svg:
     hot, caption, module = CHAPTERS[chapter]
     shapes = _strip_shapes(s, chapter)
-    svg = Svg(118 if module else 96, f"You are here: {caption.replace('^{O}', '^O')}",
-              strip_alt(chapter, s))
+    extra = 16 if shapes.get("V") else 0  # chapter 10: a line for V's shape
+    svg = Svg((118 if module else 96) + extra,
+              f"You are here: {caption.replace('^{O}', '^O')}", strip_alt(chapter, s))
     top = 46 if module else 26
     svg.text(8, 18, caption.replace("W^O", "W^{O}"), size=14, anchor="start",
              weight="bold")
@@ -658,6 +665,10 @@ def strip(chapter: int, s: Shapes) -> Svg:
         if shapes[stage]:
             svg.text(x + box_w / 2, top + box_h + 16, fmt(shapes[stage]).replace(" ", ""),
                      size=13.5, family=MONO, fill=HOT_EDGE if on else MUTED)
+        if stage == "Q K V" and shapes.get("V"):
+            svg.text(x + box_w / 2, top + box_h + 32,
+                     "V" + fmt(shapes["V"]).replace(" ", ""), size=13.5,
+                     family=MONO, fill=MUTED)
         if i:
             svg.line(x - step + box_w + 1, top + box_h / 2, x - 1, top + box_h / 2,
                      width=1.1)

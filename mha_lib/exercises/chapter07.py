@@ -25,6 +25,7 @@ _CAUSAL = "Causal masks"
 _EMPTY = "A row with nothing to attend to"
 _HALF = "Finite fills, in float32 and in half precision"
 _BEFORE_AFTER = "Before the softmax or after it?"
+_FLOAT = "Float masks"
 
 PADDING = catalogue(
     "check_padding_mask", 7,
@@ -153,13 +154,19 @@ SAFE = catalogue(
     "check_safe_softmax", 7,
     finite_fill=("the query that sees no key gets uniform weights, not "
                  "zeros: a finite fill (-1e9, finfo.min) cannot tell an "
-                 "empty row from a full one; fill with -inf and zero the "
-                 "empty rows", _EMPTY),
+                 "empty row from a full one, and nan_to_num(1/Lk) after a "
+                 "-inf fill makes the same row; fill with -inf and zero "
+                 "the empty rows", _EMPTY),
     multiplied=("the hidden scores are set to 0 (multiplied by the mask or "
                 "filled with 0), not hidden: a "
                 "score of 0 still gets weight e^0 after the softmax, as "
                 "much as a visible key that scores 0; fill them with -inf "
                 "(masked_fill) before the softmax", _BEFORE_AFTER),
+    float_mask=("the mask is added to the scores as a 0/1 float "
+                "(mask.float()): that adds 1 to the visible scores and 0 "
+                "to the hidden ones, so it blocks nothing; keep the mask "
+                "bool and fill the hidden scores with -inf (masked_fill)",
+                _FLOAT),
     nan=("a query that sees no key gets NaN: a row of only -inf is "
          "0 / 0; find the empty rows and give them zeros", _EMPTY),
     half_overflow=("-1e9 does not exist in float16 (its largest number is "
@@ -246,6 +253,10 @@ def check_safe_softmax(
             for product in (multiplied, multiplied.masked_fill(empty, 0)):
                 if torch.allclose(given.float(), product, atol=tol):
                     return SAFE["multiplied"].verdict(call.label)
+            added = torch.softmax(s.float() + mask.float(), dim=-1)
+            for total in (added, added.masked_fill(empty, 0)):
+                if torch.allclose(given.float(), total, atol=tol):
+                    return SAFE["float_mask"].verdict(call.label)
             gap_row = given[1, 3].float()
             if gap_row.isnan().any() or gap_row.abs().sum() < 1e-3:
                 return SAFE["after_softmax"].verdict(call.label)
