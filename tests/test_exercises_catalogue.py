@@ -3209,3 +3209,19 @@ def _mha_forward_both_no_transpose(layers, num_heads, query, key, value,
 
 WRONG["check_mha_forward"]["both_no_transpose"] = lambda: (
     _mha_forward_both_no_transpose,)
+
+# --- chapter 8: more planted mistakes (round 22) ---
+# Exercise 8.1: the heads stacked on dim 0, (H, B, L, D), then reshaped.
+# Exercise 8.2: the padding mask on the query axis, pad.mT & causal (the
+# same output as masking the pads' rows on top of the right mask).
+
+WRONG["check_concat_heads"].update({
+    "stack_first": lambda: (lambda hs: torch.stack(hs, 0).reshape(
+        hs[0].shape[0], hs[0].shape[1], -1),),
+    "stack_first/view": lambda: (lambda hs: torch.stack(hs).view(
+        hs[0].shape[0], hs[0].shape[1], -1),),
+})
+WRONG["check_masked_self_attention"].update({
+    "query_axis": lambda: _mha_output(lambda p, c: c & p.transpose(-1, -2)),
+    "query_axis/both": lambda: _mha_output(lambda p, c: p & p.mT & c),
+})
