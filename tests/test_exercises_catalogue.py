@@ -3271,3 +3271,19 @@ def test_chapter7_nan_made_uniform_gets_the_finite_fill_hint():
     assert not verdict
     hint = CATALOGUE["check_safe_softmax"]["finite_fill"].hint
     assert hint in verdict.message and "nan_to_num(1/Lk)" in hint
+
+# --- chapter 8: more planted mistakes (round 22) ---
+# Exercise 8.1: the heads stacked on dim 0, (H, B, L, D), then reshaped.
+# Exercise 8.2: the padding mask on the query axis, pad.mT & causal (the
+# same output as masking the pads' rows on top of the right mask).
+
+WRONG["check_concat_heads"].update({
+    "stack_first": lambda: (lambda hs: torch.stack(hs, 0).reshape(
+        hs[0].shape[0], hs[0].shape[1], -1),),
+    "stack_first/view": lambda: (lambda hs: torch.stack(hs).view(
+        hs[0].shape[0], hs[0].shape[1], -1),),
+})
+WRONG["check_masked_self_attention"].update({
+    "query_axis": lambda: _mha_output(lambda p, c: c & p.transpose(-1, -2)),
+    "query_axis/both": lambda: _mha_output(lambda p, c: p & p.mT & c),
+})

@@ -50,6 +50,12 @@ CONCAT = catalogue(
                "flattened: that fuses positions with features; the head "
                "axis must sit next to D, so stack on dim=-2 (or "
                "transpose to (B, L, H, D)) before flattening", _CONCAT),
+    stack_first=("the heads are stacked on a new first axis, (H, B, L, "
+                 "D), and reshaped to (B, L, H*D): reshape reads the "
+                 "numbers in memory order, head by head, so it mixes "
+                 "sentences, positions and heads; stack on dim=-2, "
+                 "(B, L, H, D), then flatten the last two axes",
+                 _CONCAT),
     view=("view cannot fuse the axes of a transposed tensor, which is "
           "not contiguous in memory: use reshape, or "
           ".contiguous().view(...)", _CONCAT),
@@ -95,6 +101,8 @@ def check_concat_heads(
                  torch.stack(per_head, dim=1).reshape(batch, length, -1)),
                 (CONCAT["head_axis"],
                  torch.stack(per_head, dim=1).flatten(2)),
+                (CONCAT["stack_first"],
+                 torch.stack(per_head).reshape(batch, length, -1)),
             ])
         if problem is not None:
             return problem
@@ -123,6 +131,11 @@ MASKED = catalogue(
     off_by_one=("the causal part is tril(-1), strictly below the "
                 "diagonal: a token must also see itself; causal_mask(L) "
                 "keeps the diagonal, key j <= query i", _MASKS),
+    query_axis=("the pads' own rows are masked (a padding mask on the "
+                "query axis, (B, 1, L, 1)), so the pads attend nothing; "
+                "only the pad keys are to be hidden: padding_mask(lengths)"
+                ", (B, 1, 1, L), & causal_mask(L), and a pad query still "
+                "attends the real tokens before it", _MASKS),
     pair=("output is the pair (output, weights) the module returns: "
           "take [0]", "Assembling the module"),
 )
@@ -176,6 +189,7 @@ def check_masked_self_attention(
             (MASKED["future"], lambda: run(causal.mT)),
             (MASKED["off_by_one"], lambda: run(pad & causal.tril(-1))),
             (MASKED["off_by_one"], lambda: run(causal.tril(-1))),
+            (MASKED["query_axis"], lambda: run(pad.mT & causal)),
         ]),
         "padding AND causal: each token sees the real tokens up to itself")
 
