@@ -3287,3 +3287,18 @@ WRONG["check_masked_self_attention"].update({
     "query_axis": lambda: _mha_output(lambda p, c: c & p.transpose(-1, -2)),
     "query_axis/both": lambda: _mha_output(lambda p, c: p & p.mT & c),
 })
+
+# --- chapter 13: more planted mistakes (round 22) ---
+# Exercise 13.1: V's bytes counted as read by Q K^T too; Exercise 13.2:
+# integer division by 2**20 (0 MiB for the running example's weights).
+def _intensity_value_counted(b, length, d, h, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    flops = 2 * b * h * length ** 2 * (d // h)
+    return flops / ((3 * b * length * d + b * h * length ** 2) * size)
+
+
+WRONG["check_score_intensity"]["value_counted"] = lambda: (
+    _intensity_value_counted,)
+WRONG["check_weights_mib"]["integer_division"] = lambda: (
+    lambda b, length, h, dtype: b * h * length ** 2 * (
+        torch.finfo(dtype).bits // 8) // 2**20,)

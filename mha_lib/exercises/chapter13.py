@@ -51,6 +51,8 @@ INTENSITY = catalogue(
                      _BYTES),
     result_twice=("the product writes S once and never reads it: Q and K "
                   "read, S written, each once", _BYTES),
+    value_counted=("Q K^T reads only Q and K; V is read later, by P V: "
+                   "count Q and K read and S written", _BYTES),
     numbers_not_bytes=("that divides by numbers moved, not bytes: "
                        "multiply each count by the bytes per number "
                        "(torch.finfo(dtype).bits // 8)", _BYTES),
@@ -107,6 +109,8 @@ def check_score_intensity(
                  / (num_heads * reads + length**2)),
                 (INTENSITY["result_twice"],
                  right * (reads + length**2) / (reads + 2 * length**2)),
+                (INTENSITY["value_counted"],
+                 right * (reads + length**2) / (1.5 * reads + length**2)),
                 (INTENSITY["numbers_not_bytes"], right * size),
                 (INTENSITY["bits"], right / 8),
                 (INTENSITY["inverted"], 1 / right),
@@ -141,6 +145,8 @@ MIB = catalogue(
                    "4: the size depends on the dtype", _MEMORY),
     gibibytes=("that is GiB (2**30 bytes); the question is in MiB",
                _MEMORY),
+    integer_division=("`// 2**20` rounds down to whole MiB (0 for a small "
+                      "tensor): divide with `/`", _MEMORY),
     one_length=("that is missing a factor of L: each head's weights are "
                 "(L, L), L * L numbers, one per query and key", _MEMORY),
     one_head=("that is one head's weights: each of the num_heads heads "
@@ -187,6 +193,8 @@ def check_weights_mib(
                 (MIB["bits"], expected * 8),
                 (MIB["dtype_ignored"], expected * 4 / size),
                 (MIB["gibibytes"], expected / 2**10),
+                (MIB["integer_division"],
+                 round(expected * 2**20) // 2**20),
                 (MIB["one_head"], expected / args[2]),
                 (MIB["one_length"], expected / args[1]),
             ])
