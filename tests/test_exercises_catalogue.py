@@ -3302,3 +3302,46 @@ WRONG["check_score_intensity"]["value_counted"] = lambda: (
 WRONG["check_weights_mib"]["integer_division"] = lambda: (
     lambda b, length, h, dtype: b * h * length ** 2 * (
         torch.finfo(dtype).bits // 8) // 2**20,)
+
+# --- chapter 17: more planted mistakes (round 22) ---
+# Exercise 17.1: document_id indexed by the row of the batch, as the page's
+# (B, L) doc is; 17.2: the extra heads interleaved with the first ones in
+# head order; 17.4: the score's scaling undone, or applied after the cap.
+
+
+def _doc_window_batch_index(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[b, q_idx] == document_id[b, kv_idx]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    return mask_mod
+
+
+def _slopes_interleaved(num_heads):
+    p = 2 ** math.floor(math.log2(num_heads))
+    first = slopes_power_of_two(p)
+    extra = slopes_power_of_two(2 * p)[0::2][:num_heads - p]
+    heads = []
+    for h, slope in enumerate(first):
+        heads += [slope] + extra[h:h + 1]
+    return heads
+
+
+WRONG["check_document_window_mod"]["batch_index"] = lambda: (
+    _doc_window_batch_index,)
+WRONG["check_alibi_slopes"]["interleaved"] = lambda: (_slopes_interleaved,)
+WRONG["check_softcap_score_mod"]["scaled_again/unscaled"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: cap * torch.tanh(
+        s * math.sqrt(8) / cap),)
+WRONG["check_softcap_score_mod"]["scaled_again/after_cap"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: cap * torch.tanh(
+        s / cap) / math.sqrt(8),)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_document_window_mod", "batch_index"),
+    ("check_alibi_slopes", "interleaved"),
+    ("check_softcap_score_mod", "scaled_again/unscaled"),
+    ("check_softcap_score_mod", "scaled_again/after_cap"),
+])
+def test_chapter17_round22_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

@@ -44,11 +44,18 @@ DOC_WINDOW = catalogue(
               "True where the query may attend", _FLEX),
     python_and=("The indices are tensors: combine the conditions with &, "
                 "not Python's and", _FLEX),
+    batch_index=("document_id is 1-D, one document per position: index it "
+                 "with the positions alone, document_id[q_idx] (the "
+                 "page's doc is (B, L), hence its doc[b, q_idx])", _FLEX),
 )
 
 
 def _explain_and(error: BaseException, record) -> object:
-    return DOC_WINDOW["python_and"] if "ambiguous" in str(error) else None
+    if "ambiguous" in str(error):
+        return DOC_WINDOW["python_and"]
+    if isinstance(error, IndexError) and "too many indices" in str(error):
+        return DOC_WINDOW["batch_index"]
+    return None
 
 
 def _not_a_function(made, signature: str) -> Verdict:
@@ -115,6 +122,10 @@ SLOPES = catalogue(
            "then every other slope of twice as many heads", _ALIBI),
     ascending=("the slopes should fall from head to head: head 0 gets the "
                "largest, 2^(-8/H)", _ALIBI),
+    interleaved=("the right slopes, in the wrong order: the first p heads "
+                 "(p, the power of two) come first, then the extra ones; "
+                 "their slopes fall between the first ones' in value, "
+                 "not in head order", _ALIBI),
     sorted=("the right slopes, in the wrong order: for H not a power of "
             "two the extra heads come after the first p (their slopes "
             "fall between those of the first p); sorting them from "
@@ -144,6 +155,18 @@ def _from_zero(num_heads: int) -> list[float]:
     shifted = [2.0 ** (-8 * h / p) for h in range(p)]
     twice = [2.0 ** (-8 * h / (2 * p)) for h in range(2 * p)]
     return shifted + twice[0::2][:num_heads - p]
+
+
+def _interleaved(num_heads: int) -> list[float]:
+    # The recipe's slopes, each extra head placed after the head it
+    # follows in value: the heads' order interleaved.
+    p = 2 ** math.floor(math.log2(num_heads))
+    first = _power_of_two(p)
+    extra = _power_of_two(2 * p)[0::2][:num_heads - p]
+    out = []
+    for h, slope in enumerate(first):
+        out += [slope] + extra[h:h + 1]
+    return out
 
 
 def _odd_extra(num_heads: int) -> list[float]:
@@ -192,6 +215,9 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                 (SLOPES["ascending"], expected.sort().values),
                 (SLOPES["sorted"],
                  expected.sort(descending=True).values),
+                (SLOPES["interleaved"],
+                 torch.tensor(_interleaved(num_heads),
+                              dtype=torch.float64)),
                 (SLOPES["odd_extra"],
                  torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
                 (SLOPES["negative"], -expected),
@@ -346,8 +372,8 @@ SOFTCAP = catalogue(
            "cap bends them smoothly: cap * torch.tanh(score / cap)",
            _FLEX),
     scaled_again=("the score a score_mod receives is already "
-                  "q . k / sqrt(D): do not scale it again (by sqrt(D), "
-                  "D or any other factor)", _FLEX),
+                  "q . k / sqrt(D): do not scale it again, nor undo the "
+                  "scaling (by sqrt(D), D or any other factor)", _FLEX),
     math_tanh=("math.tanh takes one Python number, but score is a tensor "
                "(flex_attention calls the score_mod on all the scores at "
                "once): use torch.tanh", _FLEX),
@@ -388,6 +414,10 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
                     scores / math.sqrt(q.size(-1)) / cap))),
                 (SOFTCAP["scaled_again"], out(cap * torch.tanh(
                     scores / q.size(-1) / cap))),
+                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
+                    scores * math.sqrt(q.size(-1)) / cap))),
+                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
+                    scores / cap) / math.sqrt(q.size(-1)))),
             ])
         if problem is not None:
             return problem
