@@ -3209,3 +3209,20 @@ def _mha_forward_both_no_transpose(layers, num_heads, query, key, value,
 
 WRONG["check_mha_forward"]["both_no_transpose"] = lambda: (
     _mha_forward_both_no_transpose,)
+
+# --- chapter 18: more planted mistakes (round 22) ---
+# Exercise 18.2: the bytes per number, or the batch, left out.
+
+WRONG["check_latent_cache_bytes"].update({
+    "no_bytes": lambda: (lambda c, r, length, b, s: (c + r) * length * b,),
+    "no_batch": lambda: (lambda c, r, length, b, s: (c + r) * length * s,),
+})
+
+
+def test_latent_cache_without_bytes_or_batch_is_named():
+    for name, words in (("no_bytes", "bytes_per_number"),
+                        ("no_batch", "batch")):
+        verdict = _check("check_latent_cache_bytes",
+                         WRONG["check_latent_cache_bytes"][name]())
+        assert not verdict
+        assert words in verdict.message
