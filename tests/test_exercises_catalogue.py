@@ -3345,3 +3345,59 @@ WRONG["check_softcap_score_mod"]["scaled_again/after_cap"] = lambda: (
 ])
 def test_chapter17_round22_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- chapter 18: more planted mistakes (round 22) ---
+# Exercise 18.2: the bytes per number, or the batch, left out.
+
+WRONG["check_latent_cache_bytes"].update({
+    "no_bytes": lambda: (lambda c, r, length, b, s: (c + r) * length * b,),
+    "no_batch": lambda: (lambda c, r, length, b, s: (c + r) * length * s,),
+})
+
+
+def test_latent_cache_without_bytes_or_batch_is_named():
+    for name, words in (("no_bytes", "bytes_per_number"),
+                        ("no_batch", "batch")):
+        verdict = _check("check_latent_cache_bytes",
+                         WRONG["check_latent_cache_bytes"][name]())
+        assert not verdict
+        assert words in verdict.message
+
+
+# --- chapter 14: more planted mistakes (round 22) ---
+# Exercise 14.4: a cached attention step, fed a sequence chunk by chunk,
+# against one causal pass.
+
+def _step(q, k, v, pk, pv, mask="right", order="past_first"):
+    both = ((torch.cat([pk, k], 2), torch.cat([pv, v], 2))
+            if order == "past_first" else
+            (torch.cat([k, pk], 2), torch.cat([v, pv], 2)))
+    keys, values = both if mask != "new_only" else (k, v)
+    if mask == "right":
+        out = F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=causal_mask(q.size(2), keys.size(2)))
+    elif mask in ("top_left", "new_only"):
+        out = F.scaled_dot_product_attention(q, keys, values, is_causal=True)
+    else:
+        out = F.scaled_dot_product_attention(q, keys, values)
+    return out, *both
+
+
+def _step_by_hand(q, k_new, v_new, past_k, past_v):
+    k = torch.cat([past_k, k_new], dim=2)
+    v = torch.cat([past_v, v_new], dim=2)
+    scores = q @ k.mT / q.size(-1) ** 0.5
+    past = past_k.size(2)
+    j = torch.arange(k.size(2))
+    i = torch.arange(q.size(2))[:, None]
+    scores = scores.masked_fill(j > past + i, float("-inf"))
+    return scores.softmax(-1) @ v, k, v
+
+
+RIGHT["check_cached_step"] = [lambda: (_step,), lambda: (_step_by_hand,)]
+WRONG["check_cached_step"] = {
+    "top_left": lambda: (lambda *a: _step(*a, mask="top_left"),),
+    "no_mask": lambda: (lambda *a: _step(*a, mask="none"),),
+    "new_only": lambda: (lambda *a: _step(*a, mask="new_only"),),
+    "new_first": lambda: (lambda *a: _step(*a, order="new_first"),),
+}

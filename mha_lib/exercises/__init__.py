@@ -90,6 +90,7 @@ from mha_lib.exercises.chapter13 import (
 )
 from mha_lib.exercises.chapter14 import (
     check_cache_bytes,
+    check_cached_step,
     check_chunk_mask,
     check_expand_kv,
 )
@@ -166,6 +167,7 @@ __all__ = [
     "check_cache_bytes",
     "check_expand_kv",
     "check_chunk_mask",
+    "check_cached_step",
     "check_copy_batch",
     "check_answer_loss",
     "check_remove_head",

@@ -18,7 +18,8 @@ from mha_lib.exercises.verdict import (
 )
 from mha_lib.masks import causal_mask
 
-__all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask"]
+__all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask",
+           "check_cached_step"]
 
 _SIZE = "How much memory the cache takes"
 _GQA = "Sharing keys and values: multi-query and grouped-query attention"
@@ -253,3 +254,89 @@ def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
     return Verdict(
         True, "new token i is position past + i: it sees keys 0 to "
               "past + i, as causal_mask(q_len, past + q_len) does")
+
+
+_CACHE_SECTION = "The KV cache"
+
+STEP = catalogue(
+    "check_cached_step", 14,
+    top_left=("the mask is aligned top-left (like SDPA's is_causal=True): "
+              "a chunk after cached tokens needs the bottom-right mask, "
+              "causal_mask(q_len, k_len)", _ALIGN),
+    no_mask=("no mask: right for one new token, but a chunk of several "
+             "lets each token see the ones after it; use "
+             "causal_mask(q_len, k_len)", _ALIGN),
+    new_only=("the new tokens attend only to themselves: concatenate the "
+              "cached keys and values in front of the new ones first",
+              _CACHE_SECTION),
+    new_first=("the new keys and values go after the cached ones, "
+               "torch.cat([past, new], dim=2): positions in order",
+               _CACHE_SECTION),
+)
+
+
+def _reference_step(q, k, v, mask):
+    weights = (q @ k.mT / q.size(-1) ** 0.5)
+    if mask is not None:
+        weights = weights.masked_fill(~mask, float("-inf"))
+    return weights.softmax(-1) @ v
+
+
+def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
+    """Exercise 14.4: ``fn(q, k_new, v_new, past_k, past_v)`` attends the
+    new tokens' queries ``(B, H, Lq, D)`` over the cached and new keys and
+    values and returns ``(out, keys, values)``: the output ``(B, H, Lq,
+    D)`` and the keys and values to cache, ``(B, H, P + Lq, D)``. Fed a
+    sequence chunk by chunk (a prompt, then single tokens and a chunk of
+    several), its outputs must be the rows of one causal pass over the
+    whole sequence."""
+    generator = torch.Generator().manual_seed(14)
+    B, H, D = 2, 3, 4  # noqa: N806
+    chunks = (3, 1, 2, 1, 3)
+    total = sum(chunks)
+    q, k, v = (torch.randn(B, H, total, D, generator=generator)
+               for _ in range(3))
+    full = _reference_step(q, k, v, causal_mask(total))  # one causal pass
+    start = 0
+    for size in chunks:
+        end = start + size
+        args = (q[:, :, start:end], k[:, :, start:end], v[:, :, start:end],
+                k[:, :, :start], v[:, :, :start])
+        call = attempt(fn, *args, shown=f"the chunk of positions {start} "
+                                        f"to {end - 1}, {start} cached")
+        if call.verdict is not None:
+            return call.verdict
+        if not (isinstance(call.value, tuple) and len(call.value) == 3):
+            return Verdict(False, f"{call.label} should return a tuple "
+                                  "(out, keys, values)")
+        out, keys, values = call.value
+        qn, kn, vn, pk, pv = args
+        both_k, both_v = torch.cat([pk, kn], 2), torch.cat([pv, vn], 2)
+        mistakes = [
+            (STEP["top_left"], _reference_step(
+                qn, both_k, both_v,
+                torch.ones(size, end, dtype=torch.bool).tril())),
+            (STEP["no_mask"], _reference_step(qn, both_k, both_v, None)),
+            (STEP["new_only"], _reference_step(qn, kn, vn,
+                                               causal_mask(size))),
+            (STEP["new_first"], _reference_step(
+                qn, torch.cat([kn, pk], 2), torch.cat([vn, pv], 2),
+                causal_mask(size, end))),
+        ]
+        problem = check_tensor(f"{call.label}[0]", out,
+                               full[:, :, start:end], axes="(B, H, Lq, D)",
+                               mistakes=mistakes)
+        if problem is not None:
+            return problem
+        for name, given, want in (("keys", keys, both_k),
+                                  ("values", values, both_v)):
+            problem = check_tensor(
+                f"the {name} it returns", given, want,
+                axes="(B, H, P + Lq, D)", atol=0.0, rtol=0.0, mistakes=[
+                    (STEP["new_first"], torch.cat(
+                        [want[:, :, start:], want[:, :, :start]], 2))])
+            if problem is not None:
+                return problem
+        start = end
+    return Verdict(True, "chunk by chunk, the same rows as one causal "
+                         "pass: cached keys first, the bottom-right mask")

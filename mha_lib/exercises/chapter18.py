@@ -123,6 +123,9 @@ CACHE = catalogue(
                 "are not cached: C + R", "Positions need their own key"),
     bits=("that counts bits: bytes_per_number is already in bytes",
           _TABLE),
+    no_bytes=("that counts numbers, not bytes: multiply by "
+              "bytes_per_number", _TABLE),
+    no_batch=("that is one sequence; the batch multiplies it", _TABLE),
     all_layers=("that is DeepSeek-V2's 60 layers: the function gives one "
                 "layer's cache; multiply by the layers only in the "
                 "question after it", _TABLE),
@@ -157,6 +160,8 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["no_rope"], latent * tokens),
             (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
             (CACHE["bits"], 8 * full),
+            (CACHE["no_bytes"], full // size),
+            (CACHE["no_batch"], full // batch),
             (CACHE["all_layers"], 60 * full),
         ])
         if problem is not None:
