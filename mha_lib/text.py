@@ -14,8 +14,8 @@ __all__ = ["tokenize", "build_vocab", "encode"]
 
 
 def tokenize(text: str) -> list[str]:
-    """Split ``text`` into lowercase tokens: drop ``!``, ``.``, ``?``, then
-    split on spaces.
+    """Split ``text`` into lowercase tokens: drop ``!``, ``.``, ``?``, split
+    on spaces; commas stay glued to their words.
 
     The tokenizer of the running example (Phillips' multi-head attention
     article), kept as it is: a comma stays glued to its word (``"Hello,"``
