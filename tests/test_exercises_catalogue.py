@@ -3401,3 +3401,18 @@ WRONG["check_cached_step"] = {
     "new_only": lambda: (lambda *a: _step(*a, mask="new_only"),),
     "new_first": lambda: (lambda *a: _step(*a, order="new_first"),),
 }
+
+# --- chapter 1: more planted mistakes (round 24) ---
+# itos (id -> token) passed to check_vocab instead of stoi is named as
+# such, with and without "<pad>".
+WRONG["check_vocab"]["itos"] = lambda: ({
+    i: w for w, i in build_vocab(SENTENCES, specials=("<pad>",)).items()},)
+
+
+def test_itos_for_stoi_is_named():
+    for specials in ((), ("<pad>",)):
+        itos = {i: w for w, i in
+                build_vocab(SENTENCES, specials=specials).items()}
+        verdict = _check("check_vocab", (itos,))
+        assert not verdict
+        assert CATALOGUE["check_vocab"]["itos"].message in verdict.message

@@ -155,6 +155,9 @@ VOCAB = catalogue(
     offset=("the words are in sorted order, but their ids should "
             "follow \"<pad>\" without a gap: \"a\" is 1, \"basic\" 2, "
             "and so on", "The vocabulary"),
+    itos=("the keys are ids and the values tokens: this is itos (index "
+          "to string); pass stoi, which maps each token to its id",
+          "The vocabulary"),
 )
 
 
@@ -170,6 +173,9 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
         return Verdict(True,
                        f"{len(expected)} entries, <pad> first, then sorted")
     words = [w for w in expected if w != "<pad>"]
+    if stoi and all(isinstance(k, int) and isinstance(v, str)
+                    for k, v in stoi.items()):
+        return VOCAB["itos"].verdict("stoi")
     if "<pad>" not in stoi:
         return VOCAB["no_pad"].verdict("stoi")
     if stoi["<pad>"] != 0:
