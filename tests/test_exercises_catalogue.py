@@ -3416,3 +3416,22 @@ def test_itos_for_stoi_is_named():
         verdict = _check("check_vocab", (itos,))
         assert not verdict
         assert CATALOGUE["check_vocab"]["itos"].message in verdict.message
+
+# --- chapter 13: more planted mistakes (round 24) ---
+# Exercise 13.1: the limit 2 * head_dim / bytes for the exact intensity
+# (the reads of Q and K left out); Exercise 13.2: elements, not bytes (the
+# first case has 2 heads, so this is not one head's weights in float32).
+WRONG["check_score_intensity"]["asymptote"] = lambda: (
+    lambda b, length, d, h, dtype: 2 * (d // h) / (
+        torch.finfo(dtype).bits // 8),)
+WRONG["check_weights_mib"]["elements"] = lambda: (
+    lambda b, length, h, dtype: b * h * length ** 2 / 2**20,)
+
+
+def test_weights_mib_tells_elements_from_one_head():
+    hints = CATALOGUE["check_weights_mib"]
+    for name, other in (("elements", "one_head"), ("one_head", "elements")):
+        verdict = _check("check_weights_mib",
+                         WRONG["check_weights_mib"][name]())
+        assert hints[name].message in verdict.message
+        assert hints[other].message not in verdict.message

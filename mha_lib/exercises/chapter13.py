@@ -62,6 +62,9 @@ INTENSITY = catalogue(
                      "4: the bytes depend on the dtype", _BYTES),
     inverted=("that is bytes per FLOP; the intensity is FLOPs per byte",
               _BYTES),
+    asymptote=("that is the limit 2 * head_dim / bytes, reached only once "
+               "L >> head_dim: it leaves out the bytes of Q and K read, "
+               "2 * B * L * d_model numbers; count them too", _BYTES),
 )
 
 _HALF_CASES = ((1, 1024, 512, 8, torch.bfloat16),
@@ -114,6 +117,8 @@ def check_score_intensity(
                 (INTENSITY["numbers_not_bytes"], right * size),
                 (INTENSITY["bits"], right / 8),
                 (INTENSITY["inverted"], 1 / right),
+                (INTENSITY["asymptote"],
+                 right * (length + 2 * (d_model // num_heads)) / length),
             ]
         else:  # the float32 cases above caught the rest
             mistakes = [(INTENSITY["float32_assumed"], right * size / 4)]
@@ -151,6 +156,9 @@ MIB = catalogue(
                 "(L, L), L * L numbers, one per query and key", _MEMORY),
     one_head=("that is one head's weights: each of the num_heads heads "
               "has its own (L, L) weights, (B, H, L, L) in all", _MEMORY),
+    elements=("that counts elements: multiply by the bytes per element, "
+              "4 in float32, 2 in float16 and bfloat16 "
+              "(torch.finfo(dtype).bits // 8)", _MEMORY),
 )
 
 
@@ -168,14 +176,15 @@ def check_weights_mib(
     size in MiB (2**20 bytes) of the attention weights ``(B, H, L, L)`` of
     self-attention."""
     # First a real tensor: the weights MultiHeadAttention returns for the
-    # running example.
+    # running example's input, with 2 heads (with 4, one head's weights
+    # and elements without their 4 bytes would be the same number).
     with torch.random.fork_rng():  # leave the reader's random state alone
         torch.manual_seed(12)
-        module = MultiHeadAttention(8, 4).eval()
+        module = MultiHeadAttention(8, 2).eval()
         with torch.no_grad():
             _, weights = module(torch.randn(3, 6, 8))
     real = weights.nelement() * weights.element_size() / 2**20
-    cases = [((3, 6, 4, torch.float32), real)]
+    cases = [((3, 6, 2, torch.float32), real)]
     for batch, length, num_heads in ((1, 4096, 8), (8, 2048, 16),
                                      (2, 100, 1)):
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
@@ -186,18 +195,23 @@ def check_weights_mib(
         if call.verdict is not None:
             return call.verdict
         size = torch.finfo(args[-1]).bits // 8
-        problem = check_number(
-            call.label, call.value, expected, rel=1e-9, mistakes=[
-                (MIB["megabytes"], expected * 2**20 / 10**6),
-                (MIB["bytes"], expected * 2**20),
-                (MIB["bits"], expected * 8),
-                (MIB["dtype_ignored"], expected * 4 / size),
-                (MIB["gibibytes"], expected / 2**10),
-                (MIB["integer_division"],
-                 round(expected * 2**20) // 2**20),
-                (MIB["one_head"], expected / args[2]),
-                (MIB["one_length"], expected / args[1]),
-            ])
+        mistakes = [
+            (MIB["megabytes"], expected * 2**20 / 10**6),
+            (MIB["bytes"], expected * 2**20),
+            (MIB["bits"], expected * 8),
+            (MIB["dtype_ignored"], expected * 4 / size),
+            (MIB["gibibytes"], expected / 2**10),
+            (MIB["integer_division"], round(expected * 2**20) // 2**20),
+            (MIB["one_head"], expected / args[2]),
+            (MIB["one_length"], expected / args[1]),
+            (MIB["elements"], expected / size),
+        ]
+        # A number two mistakes share at these sizes names neither.
+        values = [wrong for _, wrong in mistakes]
+        mistakes = [(m, w) for m, w in mistakes
+                    if values.count(w) == 1 and w != expected]
+        problem = check_number(call.label, call.value, expected, rel=1e-9,
+                               mistakes=mistakes)
         if problem is not None:
             return problem
     return Verdict(
