@@ -3435,3 +3435,30 @@ def test_weights_mib_tells_elements_from_one_head():
                          WRONG["check_weights_mib"][name]())
         assert hints[name].message in verdict.message
         assert hints[other].message not in verdict.message
+
+
+# --- chapter 14: more planted mistakes (round 24) ---
+# Exercise 14.4: returning only the new keys and values (not the whole
+# cache) is named; a single new token is called "the token at position
+# t", not "the chunk of positions t to t".
+
+def _step_new_returned(q, k, v, pk, pv):
+    out, _, _ = _step(q, k, v, pk, pv)
+    return out, k, v
+
+
+WRONG["check_cached_step"]["returned_new"] = lambda: (_step_new_returned,)
+
+
+def test_cached_step_names_returning_only_the_new_keys():
+    verdict = _check("check_cached_step",
+                     WRONG["check_cached_step"]["returned_new"]())
+    assert not verdict.ok
+    assert "past ones with the new ones appended" in verdict.message
+
+
+def test_cached_step_names_a_single_token_by_its_position():
+    verdict = _check("check_cached_step",
+                     WRONG["check_cached_step"]["top_left"]())
+    assert "the token at position 3, 3 cached" in verdict.message
+    assert "3 to 3" not in verdict.message

@@ -272,6 +272,10 @@ STEP = catalogue(
     new_first=("the new keys and values go after the cached ones, "
                "torch.cat([past, new], dim=2): positions in order",
                _CACHE_SECTION),
+    returned_new=("it returns only the new keys and values: return the "
+                  "past ones with the new ones appended, "
+                  "torch.cat([past, new], dim=2), the whole cache",
+                  _CACHE_SECTION),
 )
 
 
@@ -302,8 +306,9 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
         end = start + size
         args = (q[:, :, start:end], k[:, :, start:end], v[:, :, start:end],
                 k[:, :, :start], v[:, :, :start])
-        call = attempt(fn, *args, shown=f"the chunk of positions {start} "
-                                        f"to {end - 1}, {start} cached")
+        where = (f"the token at position {start}" if size == 1 else
+                 f"the chunk of positions {start} to {end - 1}")
+        call = attempt(fn, *args, shown=f"{where}, {start} cached")
         if call.verdict is not None:
             return call.verdict
         if not (isinstance(call.value, tuple) and len(call.value) == 3):
@@ -334,7 +339,8 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                 f"the {name} it returns", given, want,
                 axes="(B, H, P + Lq, D)", atol=0.0, rtol=0.0, mistakes=[
                     (STEP["new_first"], torch.cat(
-                        [want[:, :, start:], want[:, :, :start]], 2))])
+                        [want[:, :, start:], want[:, :, :start]], 2)),
+                    (STEP["returned_new"], want[:, :, start:])])
             if problem is not None:
                 return problem
         start = end
