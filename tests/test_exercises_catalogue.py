@@ -3401,3 +3401,35 @@ WRONG["check_cached_step"] = {
     "new_only": lambda: (lambda *a: _step(*a, mask="new_only"),),
     "new_first": lambda: (lambda *a: _step(*a, order="new_first"),),
 }
+
+# --- chapter 17: more planted mistakes (round 24) ---
+# Exercise 17.1: a window hard-coded instead of the argument, and a
+# closure over the page's doc[0] instead of the document_id given.
+
+_PAGE_DOC = torch.tensor([0] * 5 + [1] * 3 + [2] * 4)
+
+
+def _doc_window_fixed(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[q_idx] == document_id[kv_idx]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < 4)
+    return mask_mod
+
+
+def _doc_window_other_tensor(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = _PAGE_DOC[q_idx] == _PAGE_DOC[kv_idx]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    return mask_mod
+
+
+WRONG["check_document_window_mod"]["fixed_window"] = lambda: (
+    _doc_window_fixed,)
+WRONG["check_document_window_mod"]["other_tensor"] = lambda: (
+    _doc_window_other_tensor,)
+
+
+@pytest.mark.parametrize("name", ["fixed_window", "other_tensor"])
+def test_chapter17_round24_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_document_window_mod", name)
