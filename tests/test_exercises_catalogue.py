@@ -3462,3 +3462,35 @@ def test_cached_step_names_a_single_token_by_its_position():
                      WRONG["check_cached_step"]["top_left"]())
     assert "the token at position 3, 3 cached" in verdict.message
     assert "3 to 3" not in verdict.message
+
+# --- chapter 17: more planted mistakes (round 24) ---
+# Exercise 17.1: a window hard-coded instead of the argument, and a
+# closure over the page's doc[0] instead of the document_id given.
+
+_PAGE_DOC = torch.tensor([0] * 5 + [1] * 3 + [2] * 4)
+
+
+def _doc_window_fixed(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[q_idx] == document_id[kv_idx]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < 4)
+    return mask_mod
+
+
+def _doc_window_other_tensor(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = _PAGE_DOC[q_idx] == _PAGE_DOC[kv_idx]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    return mask_mod
+
+
+WRONG["check_document_window_mod"]["fixed_window"] = lambda: (
+    _doc_window_fixed,)
+WRONG["check_document_window_mod"]["other_tensor"] = lambda: (
+    _doc_window_other_tensor,)
+
+
+@pytest.mark.parametrize("name", ["fixed_window", "other_tensor"])
+def test_chapter17_round24_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_document_window_mod", name)

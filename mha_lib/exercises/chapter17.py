@@ -10,6 +10,7 @@ import torch
 
 from mha_lib.alibi import alibi_slopes
 from mha_lib.exercises.verdict import (
+    Mistake,
     Verdict,
     attempt,
     catalogue,
@@ -47,7 +48,60 @@ DOC_WINDOW = catalogue(
     batch_index=("document_id is 1-D, one document per position: index it "
                  "with the positions alone, document_id[q_idx] (the "
                  "page's doc is (B, L), hence its doc[b, q_idx])", _FLEX),
+    fixed_window=("the mask is the same for every window: use the window "
+                  "argument you were given, not a fixed number", _WINDOW),
+    other_tensor=("the mask does not change with the document_id you "
+                  "were given: it closes over another tensor (the page's "
+                  "doc?); look up document_id[q_idx] and "
+                  "document_id[kv_idx]", _FLEX),
 )
+
+
+def _mask_of(fn: Callable, ids: list[int], window: int,
+             length: int) -> torch.Tensor | None:
+    """The bool (L, L) mask of ``fn(document_id, window)``, or None when
+    the reader's code fails or gives something else (reported later)."""
+    i = torch.arange(length)[:, None]
+    j = torch.arange(length)[None, :]
+    zero = torch.zeros((), dtype=torch.long)
+    try:
+        mask = fn(torch.tensor(ids), window)(zero, zero, i, j)
+    except Exception:  # the reader's error: the main check reports it
+        return None
+    ok = isinstance(mask, torch.Tensor) and mask.shape == (length, length)
+    return mask.bool() if ok else None
+
+
+def _expected_doc_window(ids: list[int], window: int) -> torch.Tensor:
+    p = torch.arange(len(ids))[:, None]
+    k = torch.arange(len(ids))[None, :]
+    doc = torch.tensor(ids)
+    same = doc[:, None] == doc[None, :]
+    return same & (p >= k) & (p - k < window)
+
+
+def _ignored_argument(fn: Callable, ids: list[int], window: int,
+                      given: torch.Tensor) -> Mistake | None:
+    """A wrong mask that stays the same when the window, or the document
+    ids, change where the right one would not."""
+    length = len(ids)
+    for other in (window + 2, max(window - 1, 1)):
+        if torch.equal(_expected_doc_window(ids, other),
+                       _expected_doc_window(ids, window)):
+            continue
+        moved = _mask_of(fn, ids, other, length)
+        if moved is not None and torch.equal(moved, given):
+            return DOC_WINDOW["fixed_window"]
+    one_doc = [0] * length  # the same positions, a single document
+    if not torch.equal(_expected_doc_window(one_doc, window),
+                       _expected_doc_window(ids, window)):
+        moved = _mask_of(fn, one_doc, window, length)
+        gap = torch.arange(length)[:, None] - torch.arange(length)
+        leak = (gap >= 0) & (gap < window)  # no document test at all
+        if (moved is not None and torch.equal(moved, given)
+                and not torch.equal(given, leak)):
+            return DOC_WINDOW["other_tensor"]
+    return None
 
 
 def _explain_and(error: BaseException, record) -> object:
@@ -96,6 +150,15 @@ def check_document_window_mod(
                             for p in range(length)])  # (L, L): p - k
         past = gap >= 0
         expected = same & past & (gap < window)
+        given = call.value
+        if (isinstance(given, torch.Tensor)
+                and given.shape == expected.shape
+                and given.dtype == torch.bool
+                and not torch.equal(given, expected)
+                and not torch.equal(given, same & past)):  # no_window
+            ignored = _ignored_argument(fn, ids, window, given)
+            if ignored is not None:
+                return ignored.verdict(f"the mask_mod of {made.label}")
         problem = check_tensor(
             f"the mask_mod of {made.label}", call.value, expected,
             axes="(Lq, Lk)", mistakes=[
