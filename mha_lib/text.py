@@ -111,7 +111,7 @@ def encode(
             f"different lengths {lengths}; got None")
     ids = [row + [pad_id] * (longest - len(row)) for row in rows]
     return (torch.tensor(ids, dtype=torch.long).reshape(len(rows), longest),
-            torch.tensor(lengths))
+            torch.tensor(lengths, dtype=torch.long))
 
 
 def _check_texts(name: str, texts: object) -> None:

@@ -699,6 +699,7 @@ def test_masks_positions_and_text_with_empty_sequences():
     assert transpose_qkv(x, 2).shape == (4, 0, 4)
     ids, lengths = encode([], STOI)  # no texts: an empty batch
     assert ids.shape == (0, 0) and lengths.shape == (0,)
+    assert ids.dtype == lengths.dtype == torch.long  # not float32
     assert tokenize("") == [""]  # seed 001's tokenizer: "" splits into one empty token ...
     with pytest.raises(ValueError, match=r"^texts: .*got ''"):
         encode([""], STOI)  # ... which is in no vocabulary

@@ -3494,3 +3494,27 @@ WRONG["check_document_window_mod"]["other_tensor"] = lambda: (
 def test_chapter17_round24_mistakes_get_their_hints(name):
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_document_window_mod", name)
+
+# --- chapter 1: more planted mistakes (round 26) ---
+# Exercise 1.1: the commas deleted, but not tokenize's ! . ?, with
+# split() or split(" "); the generic hint counts tokens from 1.
+WRONG["check_tokenizer"].update({
+    "marks_kept": lambda: (lambda t: t.replace(",", "").lower().split(),),
+    "marks_kept/split_space": lambda: (
+        lambda t: t.replace(",", "").lower().split(" "),),
+})
+
+
+@pytest.mark.parametrize("name", ["marks_kept", "marks_kept/split_space"])
+def test_chapter1_round26_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_tokenizer", name)
+
+
+def test_tokenizer_generic_hint_counts_from_one_and_quotes_the_token():
+    verdict = _check("check_tokenizer", (lambda t: [
+        "nexxt" if w == "next" else w
+        for w in tokenize(t.replace(",", ""))],))
+    assert not verdict
+    assert "token 6 (counting from 1): 'nexxt' instead of 'next'" in (
+        verdict.message)

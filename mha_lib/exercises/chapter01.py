@@ -61,6 +61,9 @@ TOKENIZER = catalogue(
                      "swallows runs of spaces (\"two  spaces\" gives no "
                      "empty token ''): delete every comma, then split on "
                      "\" \"", "Tokenization"),
+    marks_kept=("a ! . or ? is still glued to its word (\"next!\" keeps "
+                "its !): tokenize deletes every ! . ?; delete the commas, "
+                "then call tokenize", "Tokenization"),
     too_much_removed=("other characters went too (an apostrophe, a "
                       "hyphen, a colon, a semicolon or a quote mark): only "
                       "commas go, besides the ! . ? that tokenize drops",
@@ -103,6 +106,8 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
             (TOKENIZER["comma_kept"],
              any(t.startswith(",") or t.endswith(",") for t in given)),
             (TOKENIZER["inner_comma"], any("," in t for t in given)),
+            (TOKENIZER["marks_kept"],
+             any(m in t for t in given for m in "!.?")),
             (TOKENIZER["empty_token"], "" in given and "" not in want),
             (TOKENIZER["not_lowercase"],
              [t.lower() for t in given] == want),
@@ -112,9 +117,13 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
         for mistake, found in wrong:
             if found:
                 return mistake.verdict(call.label)
+        i = _first_difference(given, want)
+        got = repr(given[i]) if i < len(given) else "nothing"
+        wanted = repr(want[i]) if i < len(want) else "nothing"
         return Verdict(False, f"{call.label} gives {len(given)} tokens; "
-                              f"the first that differs is number "
-                              f"{_first_difference(given, want)}")
+                              f"the first that differs is token {i + 1} "
+                              f"(counting from 1): {got} instead of "
+                              f"{wanted}")
     return Verdict(
         True, "commas are gone and everything else is as tokenize() "
               "does it")
