@@ -61,11 +61,7 @@ def causal_mask(q_len: int, k_len: int | None = None,
                 [1, 1, 1, 1]], dtype=torch.int32)
     """
     k_len = q_len if k_len is None else k_len
-    for name, value in (("q_len", q_len), ("k_len", k_len)):
-        if (isinstance(value, bool) or not isinstance(value, int)
-                or value < 0):
-            raise ValueError(
-                f"{name}: expected a non-negative int, got {value!r}")
+    _check_lengths(q_len=q_len, k_len=k_len)
     ones = torch.ones(q_len, k_len, dtype=torch.bool, device=device)
     return torch.tril(ones, diagonal=k_len - q_len)  # (Lq, Lk)
 

@@ -3259,18 +3259,19 @@ def test_chapter7_added_float_mask_gets_its_own_hint(name):
 
 
 # Exercise 7.3: the NaN of an empty row replaced by 1/Lk (a uniform row)
-# gets the finite-fill hint, which names it too.
-WRONG["check_safe_softmax"]["finite_fill/nan_to_uniform"] = lambda: (
+# gets its own hint (round 26: the finite-fill hint no longer names it).
+WRONG["check_safe_softmax"]["nan_to_uniform"] = lambda: (
     lambda s, m: torch.softmax(s.masked_fill(~m, INF), dim=-1).nan_to_num(
         1.0 / s.shape[-1]),)
 
 
-def test_chapter7_nan_made_uniform_gets_the_finite_fill_hint():
+def test_chapter7_nan_made_uniform_gets_its_own_hint():
     verdict = _check("check_safe_softmax",
-                     WRONG["check_safe_softmax"]["finite_fill/nan_to_uniform"]())
+                     WRONG["check_safe_softmax"]["nan_to_uniform"]())
     assert not verdict
-    hint = CATALOGUE["check_safe_softmax"]["finite_fill"].hint
+    hint = CATALOGUE["check_safe_softmax"]["nan_to_uniform"].hint
     assert hint in verdict.message and "nan_to_num(1/Lk)" in hint
+    assert "finite fill" not in verdict.message
 
 # --- chapter 8: more planted mistakes (round 22) ---
 # Exercise 8.1: the heads stacked on dim 0, (H, B, L, D), then reshaped.
@@ -3518,3 +3519,23 @@ def test_tokenizer_generic_hint_counts_from_one_and_quotes_the_token():
     assert not verdict
     assert "token 6 (counting from 1): 'nexxt' instead of 'next'" in (
         verdict.message)
+
+
+# --- chapter 7: more planted mistakes (round 26) ---
+# The inverted masks of 7.2 and 7.3 point to the convention box (the
+# chapter's opening, "Masking"); the -1e9 hint names only the finite fill.
+
+@pytest.mark.parametrize("checker", ["check_decoder_mask",
+                                     "check_safe_softmax"])
+def test_chapter07_inverted_mask_points_to_the_convention(checker):
+    verdict = _check(checker, WRONG[checker]["inverted"]())
+    assert not verdict
+    assert "'Masking' in chapter 7" in verdict.message, verdict.message
+
+
+def test_chapter07_minus_1e9_hint_names_the_finite_fill_only():
+    verdict = _check("check_safe_softmax",
+                     WRONG["check_safe_softmax"]["finite_fill"]())
+    assert not verdict
+    assert "-1e9" in verdict.message, verdict.message
+    assert "nan_to_num" not in verdict.message, verdict.message

@@ -26,6 +26,8 @@ _EMPTY = "A row with nothing to attend to"
 _HALF = "Finite fills, in float32 and in half precision"
 _BEFORE_AFTER = "Before the softmax or after it?"
 _FLOAT = "Float masks"
+# the chapter's opening, with the convention box (True = may attend)
+_CONVENTION = "Masking"
 
 PADDING = catalogue(
     "check_padding_mask", 7,
@@ -103,7 +105,7 @@ DECODER = catalogue(
     either=("a key is visible when it is real AND not in the future: "
             "combine the masks with &, not |", _CAUSAL),
     inverted=("the mask is True where a key is hidden; True means \"may "
-              "attend\"", _CAUSAL),
+              "attend\"", _CONVENTION),
     future=("the queries see the future and not the past: the causal "
             "part is the lower triangle, j <= i (torch.tril)", _CAUSAL),
     no_diagonal=("a query may attend itself: the causal part is j <= i, "
@@ -153,10 +155,14 @@ def check_decoder_mask(
 SAFE = catalogue(
     "check_safe_softmax", 7,
     finite_fill=("the query that sees no key gets uniform weights, not "
-                 "zeros: a finite fill (-1e9, finfo.min) cannot tell an "
-                 "empty row from a full one, and nan_to_num(1/Lk) after a "
-                 "-inf fill makes the same row; fill with -inf and zero "
-                 "the empty rows", _EMPTY),
+                 "zeros: a finite fill (-1e9, finfo.min) gives every key "
+                 "of an empty row the same score, so the softmax spreads "
+                 "the row evenly; fill with -inf and zero the empty rows",
+                 _EMPTY),
+    nan_to_uniform=("the query that sees no key gets uniform weights, not "
+                    "zeros: nan_to_num(1/Lk) turns its NaN into 1/Lk per "
+                    "key, an average of values it was told to ignore; "
+                    "zero the empty rows instead", _EMPTY),
     multiplied=("the hidden scores are set to 0 (multiplied by the mask or "
                 "filled with 0), not hidden: a "
                 "score of 0 still gets weight e^0 after the softmax, as "
@@ -174,7 +180,7 @@ SAFE = catalogue(
     dtype=("return the dtype of the scores: compute in float32 if you "
            "like, then .to(scores.dtype)", "The library's masked softmax"),
     inverted=("the mask hides the keys where it is True; True means "
-              "\"may attend\"", _PADDING),
+              "\"may attend\"", _CONVENTION),
     after_softmax=("a query whose hidden key scores far above its visible "
                    "ones gets no weight at all: masked after the softmax, "
                    "the visible weights underflow to 0 before the "
@@ -268,7 +274,9 @@ def check_safe_softmax(
             if torch.allclose(given.float(), inverted, atol=tol):
                 return SAFE["inverted"].verdict(call.label)
             if not given.isnan().any() and given[0, 1].abs().sum() > 0.5:
-                return SAFE["finite_fill"].verdict(call.label)
+                name = ("nan_to_uniform" if "nan_to_num" in source_names(fn)
+                        else "finite_fill")
+                return SAFE[name].verdict(call.label)
         problem = check_tensor(
             call.label, given, want, axes="(B, Lq, Lk)", atol=tol,
             rtol=tol, mistakes=[
