@@ -3539,3 +3539,28 @@ def test_chapter07_minus_1e9_hint_names_the_finite_fill_only():
     assert not verdict
     assert "-1e9" in verdict.message, verdict.message
     assert "nan_to_num" not in verdict.message, verdict.message
+
+
+# --- chapter 17: more planted mistakes (round 26) ---
+# Exercise 17.2: the nearest larger power of two's slopes, cut to H
+# heads; 17.4: Gemma 2's cap of 50 hard-coded instead of the argument.
+
+WRONG["check_alibi_slopes"]["larger"] = lambda: (
+    lambda n: [2.0 ** (-8 * (h + 1) / 2 ** math.ceil(math.log2(n)))
+               for h in range(n)],)
+WRONG["check_softcap_score_mod"]["fixed_cap"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: 50 * torch.tanh(s / 50),)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_alibi_slopes", "larger"), ("check_alibi_slopes", "halves"),
+    ("check_softcap_score_mod", "fixed_cap")])
+def test_chapter17_round26_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def test_softcap_success_names_the_caps_tried():
+    verdict = _check("check_softcap_score_mod", RIGHT[
+        "check_softcap_score_mod"][0]())
+    assert "2 and 5" in verdict.message
+    assert "cap = 50" not in verdict.message

@@ -199,6 +199,10 @@ SLOPES = catalogue(
               _ALIBI),
     from_zero=("the first slope is 2^(-8/H), not 2^0 = 1: the exponent "
                "is -8 (h + 1) / H for h = 0, 1, ..., not -8 h / H", _ALIBI),
+    larger=("those are the slopes of the nearest larger power of two, "
+            "cut to H heads: take the nearest smaller power of two, p, "
+            "its p slopes, then every other slope of 2p heads for the "
+            "rest", _ALIBI),
     halves=("that is 1/2, 1/4, 1/8, ... whatever H, right for 8 heads "
             "only: the slopes are 2^(-8 (h + 1) / H), so their ratio "
             "depends on H", _ALIBI),
@@ -232,6 +236,11 @@ def _interleaved(num_heads: int) -> list[float]:
     return out
 
 
+def _larger(num_heads: int) -> list[float]:
+    # The slopes of the nearest larger power of two, cut to num_heads.
+    return _power_of_two(2 ** math.ceil(math.log2(num_heads)))[:num_heads]
+
+
 def _odd_extra(num_heads: int) -> list[float]:
     p = 2 ** math.floor(math.log2(num_heads))
     return _power_of_two(p) + _power_of_two(2 * p)[1::2][:num_heads - p]
@@ -240,7 +249,9 @@ def _odd_extra(num_heads: int) -> list[float]:
 def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
     """Exercise 17.2: ``fn(num_heads)`` is the list of ALiBi's head
     slopes, also for a number of heads that is not a power of two."""
-    for num_heads in (8, 6, 16, 1, 4, 12, 20):
+    # 12 before 6: at 6 heads the larger power's slopes, cut, are the
+    # halves 1/2, 1/4, ...; at 12 the two mistakes differ
+    for num_heads in (8, 12, 6, 16, 1, 4, 20):
         call = attempt(fn, num_heads)
         if call.verdict is not None:
             return call.verdict
@@ -284,6 +295,8 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                 (SLOPES["odd_extra"],
                  torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
                 (SLOPES["negative"], -expected),
+                (SLOPES["larger"],
+                 torch.tensor(_larger(num_heads), dtype=torch.float64)),
                 (SLOPES["halves"], torch.tensor(
                     [2.0 ** -(h + 1) for h in range(num_heads)],
                     dtype=torch.float64)),
@@ -420,6 +433,9 @@ def check_bidirectional_alibi(
 
 SOFTCAP = catalogue(
     "check_softcap_score_mod", 17,
+    fixed_cap=("the soft cap is the same whatever cap you are given: "
+               "use the cap argument, not a fixed 50 (Gemma 2's value)",
+               _FLEX),
     uncapped=("the scores come back unchanged: return cap * torch.tanh("
               "score / cap)", _FLEX),
     no_divide=("that is cap * tanh(score): divide by the cap inside the "
@@ -468,6 +484,7 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
             f"flex_attention with the score_mod of {made.label}",
             given, out(cap * torch.tanh(scores / cap)),
             axes="(B, H, L, D)", mistakes=[
+                (SOFTCAP["fixed_cap"], out(50 * torch.tanh(scores / 50))),
                 (SOFTCAP["uncapped"], out(scores)),
                 (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
                 (SOFTCAP["no_multiply"], out(torch.tanh(scores / cap))),
@@ -484,5 +501,5 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
             ])
         if problem is not None:
             return problem
-    return Verdict(True, "cap * torch.tanh(score / cap): Gemma 2's soft "
-                         "cap, with cap = 50")
+    return Verdict(True, "cap * torch.tanh(score / cap), right for the "
+                         "caps 2 and 5 tried here; Gemma 2 uses 50")
