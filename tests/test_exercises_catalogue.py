@@ -3564,3 +3564,22 @@ def test_softcap_success_names_the_caps_tried():
         "check_softcap_score_mod"][0]())
     assert "2 and 5" in verdict.message
     assert "cap = 50" not in verdict.message
+
+# --- chapter 18: more planted mistakes (round 26) ---
+# Exercise 18.3: both weights transposed, in the wrong order, is named.
+# Exercise 18.2: a stray factor 4 is refused without calling it a
+# multi-head cache (the first case's 2 x d_model is no multiple of C + R).
+WRONG["check_key_projection"]["both_transposed"] = lambda: (
+    lambda m: m.k_up.weight.T @ m.kv_down.weight.T,)
+
+
+def test_chapter18_round26_both_transposed_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_key_projection", "both_transposed")
+
+
+def test_chapter18_round26_stray_factor_is_not_called_multi_head():
+    verdict = _check("check_latent_cache_bytes", (
+        lambda c, r, length, b, s: 4 * (c + r) * length * b * s,))
+    assert not verdict
+    assert "multi-head" not in verdict.message

@@ -137,9 +137,11 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
     bytes_per_number)`` is the memory, in bytes, of one layer's cache of
     :class:`~mha_lib.MultiHeadLatentAttention` after ``length`` tokens
     (measured: a module fills a real :class:`~mha_lib.KVCache`)."""
+    # First the case where 2 x d_model numbers per token (a multi-head
+    # cache) is no whole multiple of C + R: a stray factor is not named.
     for latent, rope, length, batch, dtype, heads in (
-            (6, 2, 5, 2, torch.float32, 4), (4, 4, 3, 1, torch.float64, 2),
-            (8, 2, 7, 3, torch.bfloat16, 8)):
+            (8, 2, 7, 3, torch.bfloat16, 8),
+            (6, 2, 5, 2, torch.float32, 4), (4, 4, 3, 1, torch.float64, 2)):
         with torch.random.fork_rng():  # leave the reader's state alone
             module = MultiHeadLatentAttention(16, heads, latent,
                                               rope).to(dtype)
@@ -186,6 +188,10 @@ KEY = catalogue(
     up_only=("that is k_up.weight alone, which reads the latent, not x: "
              "you left out kv_down; W = k_up.weight @ kv_down.weight",
              _LATENT),
+    both_transposed=("both weights are transposed and in the wrong order: "
+                     "k_up.weight.T @ kv_down.weight.T is (C, C); W is "
+                     "k_up.weight @ kv_down.weight, (H * D, d_model)",
+                     _LATENT),
 )
 
 
@@ -223,6 +229,8 @@ def check_key_projection(
                     (KEY["values"], module.v_up.weight @ down),
                     (KEY["latent_only"], down),
                     (KEY["up_only"], up),
+                    (KEY["both_transposed"],
+                     partial(torch.matmul, up.T, down.T)),
                 ])
             if problem is not None:
                 return problem
