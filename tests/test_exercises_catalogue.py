@@ -3583,3 +3583,20 @@ def test_chapter18_round26_stray_factor_is_not_called_multi_head():
         lambda c, r, length, b, s: 4 * (c + r) * length * b * s,))
     assert not verdict
     assert "multi-head" not in verdict.message
+
+# --- chapter 12: more planted mistakes (round 26) ---
+# Exercise 12.1: the FFN counted as one d_model x d_ff matrix, as one
+# layer (its bias d_ff) or with both biases.
+WRONG["check_block_params"].update({
+    "one_ffn_matrix": lambda: (
+        lambda d, f: block_params(d, f) - d * f - d,),
+    "one_ffn_matrix/both_biases": lambda: (
+        lambda d, f: block_params(d, f) - d * f,),
+})
+
+
+@pytest.mark.parametrize(
+    "name", ["one_ffn_matrix", "one_ffn_matrix/both_biases"])
+def test_chapter12_round26_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_block_params", name)

@@ -52,6 +52,10 @@ PARAMS = catalogue(
                     "bias per output, d_ff for linear1 (d_model -> d_ff) "
                     "and d_model for linear2 (d_ff -> d_model)",
                     "The feed-forward network"),
+    one_ffn_matrix=("the FFN has two weight matrices, d_model x d_ff "
+                    "(linear1) and d_ff x d_model (linear2): 2 d_model "
+                    "d_ff weights, plus the biases d_ff and d_model",
+                    "The feed-forward network"),
 )
 
 
@@ -72,7 +76,9 @@ def _wrong_counts(d: int, d_ff: int) -> list:
             (PARAMS["no_output_projection"], right - d * d - d),
             (PARAMS["four_d_model"], _count(d, 4 * d)),
             (PARAMS["ffn_bias_sizes"], right + d_ff - d),  # 2 d_ff
-            (PARAMS["ffn_bias_sizes"], right - d_ff + d)]  # 2 d_model
+            (PARAMS["ffn_bias_sizes"], right - d_ff + d),  # 2 d_model
+            (PARAMS["one_ffn_matrix"], right - d * d_ff - d),  # one layer
+            (PARAMS["one_ffn_matrix"], right - d * d_ff)]  # both biases
 
 
 def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
