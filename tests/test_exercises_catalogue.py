@@ -3600,3 +3600,32 @@ WRONG["check_block_params"].update({
 def test_chapter12_round26_mistakes_get_their_hints(name):
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_block_params", name)
+
+# --- chapter 14: more planted mistakes (round 26) ---
+# Exercise 14.3: tril one diagonal too far. Exercise 14.4: the scores
+# left unscaled, and the bool mask inverted (SDPA's zeros on a row with
+# no key, or masked_fill's NaN).
+WRONG["check_chunk_mask"]["one_ahead"] = lambda: (
+    lambda q, p: torch.ones(q, p + q, dtype=torch.bool).tril(p + 1),)
+
+
+def _step14(q, k_new, v_new, past_k, past_v, how):
+    k = torch.cat([past_k, k_new], dim=2)
+    v = torch.cat([past_v, v_new], dim=2)
+    mask = causal_mask(q.size(2), k.size(2))
+    if how == "unscaled":
+        w = (q @ k.mT).masked_fill(~mask, float("-inf"))
+        return w.softmax(-1) @ v, k, v
+    if how == "inverted_fill":
+        w = (q @ k.mT / q.size(-1) ** 0.5).masked_fill(mask, float("-inf"))
+        return w.softmax(-1) @ v, k, v
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=~mask)
+    return out, k, v
+
+
+WRONG["check_cached_step"]["unscaled"] = lambda: (
+    lambda *a: _step14(*a, "unscaled"),)
+WRONG["check_cached_step"]["inverted"] = lambda: (
+    lambda *a: _step14(*a, "inverted"),)
+WRONG["check_cached_step"]["inverted/fill"] = lambda: (
+    lambda *a: _step14(*a, "inverted_fill"),)

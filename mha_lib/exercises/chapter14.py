@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from mha_lib.cache import KVCache
 from mha_lib.exercises.verdict import (
@@ -197,6 +198,9 @@ CHUNK = catalogue(
                  "included", _ALIGN),
     inverted=("the mask is True where a key is hidden; True means \"may "
               "attend\"", _ALIGN),
+    one_ahead=("one key too many: tril(past + 1) lets new token i see "
+               "position past + i + 1, the token after it; the diagonal "
+               "offset is past (j <= past + i)", _ALIGN),
     library=("the values are right, but causal_mask is the library's "
              "answer: build the mask yourself, with torch.arange and a "
              "comparison", _ALIGN),
@@ -237,6 +241,7 @@ def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                 (CHUNK["no_cache"], causal_mask(q_len)),
                 (CHUNK["no_diagonal"], ones.tril(past - 1)),
                 (CHUNK["inverted"], ~expected),
+                (CHUNK["one_ahead"], ones.tril(past + 1)),
             ])
         if problem is not None:
             return problem
@@ -272,6 +277,11 @@ STEP = catalogue(
     new_first=("the new keys and values go after the cached ones, "
                "torch.cat([past, new], dim=2): positions in order",
                _CACHE_SECTION),
+    unscaled=("the scores are not scaled: divide q @ k^T by sqrt(D) "
+              "before the softmax (SDPA does it for you)",
+              "Why divide by $\\sqrt{d_k}$", 6),
+    inverted=("the mask is inverted: a bool attn_mask is True where a "
+              "key may be attended (masked_fill takes ~mask)", _ALIGN),
     returned_new=("it returns only the new keys and values: return the "
                   "past ones with the new ones appended, "
                   "torch.cat([past, new], dim=2), the whole cache",
@@ -279,8 +289,9 @@ STEP = catalogue(
 )
 
 
-def _reference_step(q, k, v, mask):
-    weights = (q @ k.mT / q.size(-1) ** 0.5)
+def _reference_step(q, k, v, mask, scale=None):
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    weights = q @ k.mT * scale
     if mask is not None:
         weights = weights.masked_fill(~mask, float("-inf"))
     return weights.softmax(-1) @ v
@@ -327,6 +338,14 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
             (STEP["new_first"], _reference_step(
                 qn, torch.cat([kn, pk], 2), torch.cat([vn, pv], 2),
                 causal_mask(size, end))),
+            (STEP["unscaled"], _reference_step(
+                qn, both_k, both_v, causal_mask(size, end), scale=1.0)),
+            # an inverted mask: SDPA gives zeros on a row with no key
+            # left, a masked_fill and softmax give NaN
+            (STEP["inverted"], F.scaled_dot_product_attention(
+                qn, both_k, both_v, attn_mask=~causal_mask(size, end))),
+            (STEP["inverted"], _reference_step(
+                qn, both_k, both_v, ~causal_mask(size, end))),
         ]
         problem = check_tensor(f"{call.label}[0]", out,
                                full[:, :, start:end], axes="(B, H, Lq, D)",
