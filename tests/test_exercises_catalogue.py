@@ -3629,3 +3629,23 @@ WRONG["check_cached_step"]["inverted"] = lambda: (
     lambda *a: _step14(*a, "inverted"),)
 WRONG["check_cached_step"]["inverted/fill"] = lambda: (
     lambda *a: _step14(*a, "inverted_fill"),)
+
+# --- chapter 13: more planted mistakes (round 26) ---
+# Exercise 13.1: Q and K read for one head only (2 B L head_dim numbers),
+# while the FLOPs and S count every head.
+
+
+def _intensity_reads_one_head(b, length, d, h, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    flops = 2 * b * h * length ** 2 * (d // h)
+    return flops / ((2 * b * length * (d // h) + b * h * length ** 2)
+                    * size)
+
+
+WRONG["check_score_intensity"]["reads_one_head"] = lambda: (
+    _intensity_reads_one_head,)
+
+
+def test_chapter13_round26_mistake_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_score_intensity", "reads_one_head")

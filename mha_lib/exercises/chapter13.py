@@ -51,6 +51,9 @@ INTENSITY = catalogue(
                      _BYTES),
     result_twice=("the product writes S once and never reads it: Q and K "
                   "read, S written, each once", _BYTES),
+    reads_one_head=("Q and K are read for every head: (B, H, L, head_dim) "
+                    "each, 2 * B * L * d_model numbers in all, not "
+                    "2 * B * L * head_dim", _BYTES),
     value_counted=("Q K^T reads only Q and K; V is read later, by P V: "
                    "count Q and K read and S written", _BYTES),
     numbers_not_bytes=("that divides by numbers moved, not bytes: "
@@ -112,6 +115,9 @@ def check_score_intensity(
                  / (num_heads * reads + length**2)),
                 (INTENSITY["result_twice"],
                  right * (reads + length**2) / (reads + 2 * length**2)),
+                (INTENSITY["reads_one_head"],
+                 right * (reads + length**2) / (reads / num_heads
+                                                + length**2)),
                 (INTENSITY["value_counted"],
                  right * (reads + length**2) / (1.5 * reads + length**2)),
                 (INTENSITY["numbers_not_bytes"], right * size),
