@@ -149,7 +149,7 @@ def check_document_window_mod(
         gap = torch.tensor([[p - k for k in range(length)]
                             for p in range(length)])  # (L, L): p - k
         past = gap >= 0
-        expected = same & past & (gap < window)
+        expected = _expected_doc_window(ids, window)
         given = call.value
         if (isinstance(given, torch.Tensor)
                 and given.shape == expected.shape
