@@ -3703,3 +3703,7 @@ def test_chapter18_round28_scores_off_by_a_constant_are_refused():
     verdict = _check("check_absorbed_scores", (
         lambda m, x: _scores18(m, x) + 1,))
     assert not verdict and "Correct" not in verdict.message
+# Exercise 18.2: the cache multiplied by the number of heads (4 in the
+# checker's first case) is named.
+WRONG["check_latent_cache_bytes"]["times_heads"] = lambda: (
+    lambda c, r, length, b, s: 4 * (c + r) * length * b * s,)

@@ -119,6 +119,9 @@ CACHE = catalogue(
               "holds the latent and the rotary key", _TABLE),
     factor_two=("no factor 2: one latent serves both keys and values",
                 _TABLE),
+    times_heads=("no factor H: the latent and the rotary key are shared "
+                 "by all heads, C + R numbers per token whatever the "
+                 "number of heads", _TABLE),
     no_rope=("the rotary key is cached too, beside the latent: C + R "
              "numbers per token", "Positions need their own key"),
     rope_twice=("one rotary key of R numbers per token, shared by all "
@@ -141,9 +144,10 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
     :class:`~mha_lib.MultiHeadLatentAttention` after ``length`` tokens
     (measured: a module fills a real :class:`~mha_lib.KVCache`)."""
     # First the case where 2 x d_model numbers per token (a multi-head
-    # cache) is no whole multiple of C + R: a stray factor is not named.
+    # cache) is no whole multiple of C + R: a stray factor is not called
+    # a multi-head cache.
     for latent, rope, length, batch, dtype, heads in (
-            (8, 2, 7, 3, torch.bfloat16, 8),
+            (8, 2, 7, 3, torch.bfloat16, 4),
             (6, 2, 5, 2, torch.float32, 4), (4, 4, 3, 1, torch.float64, 2)):
         with torch.random.fork_rng():  # leave the reader's state alone
             module = MultiHeadLatentAttention(16, heads, latent,
@@ -162,6 +166,7 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["per_head"], 2 * 16 * tokens),
             (CACHE["factor_two"], 2 * full),
             (CACHE["factor_two"], (2 * latent + rope) * tokens),
+            (CACHE["times_heads"], heads * full),
             (CACHE["no_rope"], latent * tokens),
             (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
             (CACHE["bits"], 8 * full),
