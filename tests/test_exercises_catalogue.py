@@ -3649,3 +3649,61 @@ WRONG["check_score_intensity"]["reads_one_head"] = lambda: (
 def test_chapter13_round26_mistake_gets_its_hint():
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_score_intensity", "reads_one_head")
+
+# --- chapter 18: more planted mistakes (round 28) ---
+# Exercise 18.4: the decoupled scores in the absorbed form. Planted: the
+# latent part rotated, the rotary part not rotated or left out, the scale
+# over D, over C + R or none, each head's W_uk block transposed.
+
+
+def _scores18(m, x, mistake=None):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = split_heads(m.q_proj(x), heads)  # (B, H, L, D)
+    q_r = split_heads(m.q_rope_proj(x), heads)  # (B, H, L, R)
+    k_r = m.k_rope_proj(x)  # (B, L, R)
+    if mistake != "not_rotated":
+        q_r, k_r = apply_rotary(q_r, pos), apply_rotary(k_r, pos)
+    c = m.kv_down(x)  # (B, L, C)
+    w = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    latent_q = q @ (w.mT if mistake == "transposed" else w)
+    if mistake == "latent_rotated":
+        latent_q, c = apply_rotary(latent_q, pos), apply_rotary(c, pos)
+    s = latent_q @ c[:, None].mT
+    if mistake != "no_rope":
+        s = s + q_r @ k_r[:, None].mT
+    width = {"scale_d": m.head_dim, "unscaled": 1,
+             "scale_latent": m.kv_latent_dim + m.rope_dim}.get(
+                 mistake, m.head_dim + m.rope_dim)
+    return s / math.sqrt(width)
+
+
+def _scores18_einsum(m, x):
+    heads, d, r = m.num_heads, m.head_dim, m.rope_dim
+    pos = torch.arange(x.size(1))
+    q = m.q_proj(x).unflatten(-1, (heads, d))  # (B, L, H, D)
+    q_r = apply_rotary(
+        m.q_rope_proj(x).unflatten(-1, (heads, r)).transpose(1, 2), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)  # (B, L, R)
+    w = m.k_up.weight.view(heads, d, -1)  # (H, D, C)
+    s = (torch.einsum("blhd,hdc,bmc->bhlm", q, w, m.kv_down(x))
+         + torch.einsum("bhlr,bmr->bhlm", q_r, k_r))
+    return s / (d + r) ** 0.5
+
+
+RIGHT["check_absorbed_scores"] = [lambda: (_scores18,),
+                                  lambda: (_scores18_einsum,)]
+WRONG["check_absorbed_scores"] = {
+    name: (lambda name=name: (
+        lambda m, x: _scores18(m, x, name),))
+    for name in ("latent_rotated", "not_rotated", "no_rope", "scale_d",
+                 "scale_latent", "unscaled", "transposed")}
+
+
+def test_chapter18_round28_scores_off_by_a_constant_are_refused():
+    verdict = _check("check_absorbed_scores", (
+        lambda m, x: _scores18(m, x) + 1,))
+    assert not verdict and "Correct" not in verdict.message
+# Exercise 18.2: the cache multiplied by the number of heads (4 in the
+# checker's first case) is named.
+WRONG["check_latent_cache_bytes"]["times_heads"] = lambda: (
+    lambda c, r, length, b, s: 4 * (c + r) * length * b * s,)

@@ -113,6 +113,7 @@ from mha_lib.exercises.chapter17 import (
 )
 from mha_lib.exercises.chapter18 import (
     check_absorbed_query,
+    check_absorbed_scores,
     check_key_projection,
     check_latent_cache_bytes,
 )
@@ -181,5 +182,6 @@ __all__ = [
     "check_absorbed_query",
     "check_latent_cache_bytes",
     "check_key_projection",
+    "check_absorbed_scores",
     "check_find_induction_head",
 ]

@@ -15,14 +15,17 @@ from mha_lib.exercises.verdict import (
     check_number,
     check_tensor,
 )
+from mha_lib.heads import split_heads
 from mha_lib.latent import MultiHeadLatentAttention
+from mha_lib.rotary import apply_rotary
 
 __all__ = ["check_absorbed_query", "check_latent_cache_bytes",
-           "check_key_projection"]
+           "check_key_projection", "check_absorbed_scores"]
 
 _ABSORBED = "The absorbed form"
 _LATENT = "Keys and values from a latent"
 _TABLE = "One table: what each design caches"
+_ROPE = "Positions need their own key"
 
 ABSORB = catalogue(
     "check_absorbed_query", 18,
@@ -116,6 +119,9 @@ CACHE = catalogue(
               "holds the latent and the rotary key", _TABLE),
     factor_two=("no factor 2: one latent serves both keys and values",
                 _TABLE),
+    times_heads=("no factor H: the latent and the rotary key are shared "
+                 "by all heads, C + R numbers per token whatever the "
+                 "number of heads", _TABLE),
     no_rope=("the rotary key is cached too, beside the latent: C + R "
              "numbers per token", "Positions need their own key"),
     rope_twice=("one rotary key of R numbers per token, shared by all "
@@ -138,9 +144,10 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
     :class:`~mha_lib.MultiHeadLatentAttention` after ``length`` tokens
     (measured: a module fills a real :class:`~mha_lib.KVCache`)."""
     # First the case where 2 x d_model numbers per token (a multi-head
-    # cache) is no whole multiple of C + R: a stray factor is not named.
+    # cache) is no whole multiple of C + R: a stray factor is not called
+    # a multi-head cache.
     for latent, rope, length, batch, dtype, heads in (
-            (8, 2, 7, 3, torch.bfloat16, 8),
+            (8, 2, 7, 3, torch.bfloat16, 4),
             (6, 2, 5, 2, torch.float32, 4), (4, 4, 3, 1, torch.float64, 2)):
         with torch.random.fork_rng():  # leave the reader's state alone
             module = MultiHeadLatentAttention(16, heads, latent,
@@ -159,6 +166,7 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["per_head"], 2 * 16 * tokens),
             (CACHE["factor_two"], 2 * full),
             (CACHE["factor_two"], (2 * latent + rope) * tokens),
+            (CACHE["times_heads"], heads * full),
             (CACHE["no_rope"], latent * tokens),
             (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
             (CACHE["bits"], 8 * full),
@@ -242,3 +250,111 @@ def check_key_projection(
             return problem
     return Verdict(True, "W = k_up.weight @ kv_down.weight, of rank at "
                          "most kv_latent_dim")
+
+
+SCORES = catalogue(
+    "check_absorbed_scores", 18,
+    latent_rotated=("the latent part carries no positions: rotate only the "
+                    "rotary query and the shared rotary key, never the "
+                    "latent query nor the latents (rotating them is what "
+                    "breaks the absorbed form)", _ROPE),
+    not_rotated=("the rotary part must be rotated: apply_rotary to the "
+                 "rotary queries and to the shared rotary key at "
+                 "positions 0 to L - 1; without it the scores carry no "
+                 "positions", _ROPE),
+    no_rope=("the rotary part is missing: add the rotated queries' "
+             "scores against the shared rotary key, q_r @ k_r.T, to the "
+             "latent scores", _ROPE),
+    scale_d=("the scale is over the full head width D + R (content and "
+             "rotary parts together), not D alone", _ROPE),
+    scale_latent=("the absorbed form changes the order of the products, "
+                  "not the scores: the scale stays 1/sqrt(D + R), not "
+                  "1/sqrt(C + R)", _ABSORBED),
+    unscaled=("the scores are scaled by 1/sqrt(D + R), the full head "
+              "width, as in the explicit form", _ROPE),
+    transposed=("head h's latent query is q_h @ W_uk[h], its (D, C) "
+                "block of k_up.weight as stored (rows h*D to (h+1)*D - "
+                "1), not transposed nor reshaped to (C, D)", _ABSORBED),
+)
+
+
+def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
+            rotate_latent: bool = False, rotate: bool = True,
+            rope: bool = True, width: int | None = None,
+            transposed: bool = False) -> torch.Tensor:
+    """The pre-softmax scores ``(B, H, L, L)`` of ``m`` on ``x``, in the
+    absorbed form, or with one planted mistake."""
+    heads, head_dim = m.num_heads, m.head_dim
+    pos = torch.arange(x.size(1))
+    q = split_heads(m.q_proj(x), heads)  # (B, H, L, D)
+    q_r = split_heads(m.q_rope_proj(x), heads)  # (B, H, L, R)
+    k_r = m.k_rope_proj(x)  # (B, L, R)
+    if rotate:
+        q_r, k_r = apply_rotary(q_r, pos), apply_rotary(k_r, pos)
+    c = m.kv_down(x)  # (B, L, C)
+    w = m.k_up.weight.unflatten(0, (heads, head_dim))  # (H, D, C)
+    if transposed:
+        w = w.mT
+    latent_q = q @ w  # (B, H, L, C)
+    if rotate_latent:
+        latent_q, c = apply_rotary(latent_q, pos), apply_rotary(c, pos)
+    s = latent_q @ c[:, None].mT  # (B, H, L, L)
+    if rope:
+        s = s + q_r @ k_r[:, None].mT
+    return s / (head_dim + m.rope_dim if width is None else width) ** 0.5
+
+
+def check_absorbed_scores(
+    fn: Callable[[MultiHeadLatentAttention, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Exercise 18.4: ``fn(m, x)`` is head ``h``'s scores before the mask
+    and softmax, ``(B, H, L, L)``, computed in the absorbed form: the
+    latent query ``q_h @ W_uk[h]`` against the latents plus the rotated
+    rotary query against the shared rotated rotary key, over
+    ``sqrt(D + R)``; checked against the scores over rebuilt keys."""
+    generator = torch.Generator().manual_seed(20)
+    # D = C first: there a transposed block still fits the shapes
+    for d_model, heads, latent, rope, head_dim in ((8, 2, 4, 2, 4),
+                                                   (12, 3, 6, 4, 2),
+                                                   (16, 4, 4, 2, 6)):
+        with torch.random.fork_rng():  # leave the reader's state alone
+            torch.manual_seed(20 + d_model)
+            m = MultiHeadLatentAttention(d_model, heads, latent, rope,
+                                         head_dim=head_dim)
+        x = torch.randn(2, 5, d_model, generator=generator)
+        shown = (f"MultiHeadLatentAttention({d_model}, {heads}, {latent}, "
+                 f"{rope}, head_dim={head_dim}), x {tuple(x.shape)}")
+        with torch.no_grad():
+            call = attempt(fn, m, x, shown=shown)
+            if call.verdict is not None:
+                return call.verdict
+            # the naive form: every head's key rebuilt, then rotated part
+            pos = torch.arange(x.size(1))
+            q = torch.cat([split_heads(m.q_proj(x), heads), apply_rotary(
+                split_heads(m.q_rope_proj(x), heads), pos)], -1)
+            k_c = split_heads(m.k_up(m.kv_down(x)), heads)  # (B, H, L, D)
+            k_r = apply_rotary(m.k_rope_proj(x), pos)[:, None]
+            k = torch.cat([k_c, k_r.expand(-1, heads, -1, -1)], -1)
+            expected = q @ k.mT / (head_dim + rope) ** 0.5
+            mistakes = [
+                (SCORES["latent_rotated"],
+                 partial(_scores, m, x, rotate_latent=True)),
+                (SCORES["not_rotated"], partial(_scores, m, x,
+                                                rotate=False)),
+                (SCORES["no_rope"], partial(_scores, m, x, rope=False)),
+                (SCORES["scale_d"], partial(_scores, m, x,
+                                            width=head_dim)),
+                (SCORES["scale_latent"], partial(_scores, m, x,
+                                                 width=latent + rope)),
+                (SCORES["unscaled"], partial(_scores, m, x, width=1)),
+            ]
+            if head_dim == latent:
+                mistakes.append((SCORES["transposed"], partial(
+                    _scores, m, x, transposed=True)))
+            problem = check_tensor(call.label, call.value, expected,
+                                   axes="(B, H, L, L)", atol=1e-5,
+                                   rtol=1e-4, mistakes=mistakes)
+        if problem is not None:
+            return problem
+    return Verdict(True, "q_h . [W_uk[h] c ; rope(k_r)] = (q_h @ W_uk[h]) "
+                         ". c + rope(q_r) . rope(k_r), over sqrt(D + R)")
