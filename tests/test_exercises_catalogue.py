@@ -3684,3 +3684,15 @@ WRONG["check_llama_block_params"] = {
     "no_norms": lambda: (lambda d, f: 4 * d * d + 3 * d * f,),
     "transformer_block": lambda: (lambda d, f: block_params(d, f),),
 }
+
+# Exercise 12.2: Gemma's output norm without its input norm,
+# x + norm1(attn(x)), then h + norm2(ffn(h)).
+
+
+def _output_norm(block, x):
+    h = x + block.norm1(block.attn(x, need_weights=False)[0])
+    hidden = block.activation(block.linear1(h))
+    return h + block.norm2(block.linear2(hidden))
+
+
+WRONG["check_pre_norm"]["output_norm"] = lambda: (_output_norm,)

@@ -202,6 +202,9 @@ PRE_NORM = catalogue(
     causal_mask=("this applies a causal mask (is_causal=True or a mask): "
                  "the exercise's forward has none, every token attends "
                  "to every token", _BLOCK),
+    output_norm=("this normalises each sublayer's output, x + "
+                 "norm1(attn(x)): pre-norm normalises its input, "
+                 "x + attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
     attn_output_ffn=("the FFN reads norm2 of attention's output alone: "
                      "it reads the updated stream, h = x + "
                      "attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
@@ -237,6 +240,9 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         if how == "attn_output_ffn":
             a = attn(n1(x))
             return x + a + ffn(n2(a))
+        if how == "output_norm":  # Gemma's output norm, no input norm
+            h = x + n1(attn(x))
+            return h + n2(ffn(h))
         if how == "post_norm":
             h = n1(x + attn(x))
             return n2(h + ffn(h))
@@ -317,7 +323,8 @@ def check_pre_norm(
                     "no_second_residual", "one_norm", "swapped_norms",
                     "raw_key_value", "swapped_order", "swapped_order2",
                     "no_activation", "fixed_relu", "final_norm",
-                    "final_norm2", "causal_mask", "attn_output_ffn")])
+                    "final_norm2", "causal_mask", "attn_output_ffn",
+                    "output_norm")])
         if problem is not None:
             return problem
     return Verdict(
