@@ -3707,3 +3707,50 @@ def test_chapter18_round28_scores_off_by_a_constant_are_refused():
 # checker's first case) is named.
 WRONG["check_latent_cache_bytes"]["times_heads"] = lambda: (
     lambda c, r, length, b, s: 4 * (c + r) * length * b * s,)
+
+# --- chapter 12: more planted mistakes (round 28) ---
+# Exercise 12.4: Llama's block (no biases, SwiGLU's three matrices, two
+# RMSNorms with a gain only), counted by formula or from modules.
+
+
+def _llama_params(d, f):  # the book's answer
+    return 4 * d * d + 3 * d * f + 2 * d
+
+
+def _llama_modules(d, f):
+    with torch.random.fork_rng():
+        parts = [nn.Linear(d, d, bias=False) for _ in range(4)]
+        parts += [nn.Linear(d, f, bias=False), nn.Linear(f, d, bias=False),
+                  nn.Linear(d, f, bias=False), nn.RMSNorm(d), nn.RMSNorm(d)]
+    return sum(p.numel() for m in parts for p in m.parameters())
+
+
+RIGHT["check_llama_block_params"] = [
+    lambda: (_llama_params,), lambda: (_llama_modules,)]
+WRONG["check_llama_block_params"] = {
+    "no_gate": lambda: (lambda d, f: _llama_params(d, f) - d * f,),
+    "four_d_model": lambda: (lambda d, f: _llama_params(d, 4 * d),),
+    "four_d_model/two_matrices": lambda: (
+        lambda d, f: 4 * d * d + 2 * d * 4 * d + 2 * d,),
+    "attention_biases": lambda: (
+        lambda d, f: _llama_params(d, f) + 4 * d,),
+    "ffn_biases": lambda: (
+        lambda d, f: _llama_params(d, f) + 2 * f + d,),
+    "all_biases": lambda: (
+        lambda d, f: _llama_params(d, f) + 4 * d + 2 * f + d,),
+    "norm_betas": lambda: (lambda d, f: _llama_params(d, f) + 2 * d,),
+    "no_norms": lambda: (lambda d, f: 4 * d * d + 3 * d * f,),
+    "transformer_block": lambda: (lambda d, f: block_params(d, f),),
+}
+
+# Exercise 12.2: Gemma's output norm without its input norm,
+# x + norm1(attn(x)), then h + norm2(ffn(h)).
+
+
+def _output_norm(block, x):
+    h = x + block.norm1(block.attn(x, need_weights=False)[0])
+    hidden = block.activation(block.linear1(h))
+    return h + block.norm2(block.linear2(hidden))
+
+
+WRONG["check_pre_norm"]["output_norm"] = lambda: (_output_norm,)

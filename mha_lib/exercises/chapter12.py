@@ -17,9 +17,11 @@ from mha_lib.exercises.verdict import (
     check_tensor,
 )
 
-__all__ = ["check_block_params", "check_pre_norm"]
+__all__ = ["check_block_params", "check_pre_norm",
+           "check_llama_block_params"]
 
 _BLOCK = "The block: pre-norm and post-norm"
+_LLAMA = "Llama's block: RMSNorm and SwiGLU"
 
 PARAMS = catalogue(
     "check_block_params", 12,
@@ -93,6 +95,61 @@ def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
         mistakes=_wrong_counts)
 
 
+LLAMA = catalogue(
+    "check_llama_block_params", 12,
+    no_gate=("the gate is missing: SwiGLU has three d_model x d_ff "
+             "matrices, W1 and the gate W3 (d_model -> d_ff) and W2 "
+             "(d_ff -> d_model), 3 d_model d_ff weights", _LLAMA),
+    four_d_model=("this counts the FFN with 4 d_model hidden units: use "
+                  "d_ff, the argument, and SwiGLU's three matrices (the "
+                  "counts agree only where d_ff = 8/3 d_model)", _LLAMA),
+    attention_biases=("Llama's attention has no biases: its four "
+                      "d_model x d_model matrices only", _LLAMA),
+    ffn_biases=("Llama's FFN has no biases: three matrices, 3 d_model "
+                "d_ff weights", _LLAMA),
+    all_biases=("Llama's linear layers have no biases, in attention or "
+                "in the FFN: count the matrices only", _LLAMA),
+    norm_betas=("RMSNorm has a gain gamma only, no beta: d_model "
+                "parameters for each of the two norms", _LLAMA),
+    no_norms=("the two RMSNorms are missing: each has a gain gamma of "
+              "d_model parameters", _LLAMA),
+    transformer_block=("this is the count of Exercise 12.1's "
+                       "TransformerBlock (biases, two FFN matrices, "
+                       "LayerNorms with beta); Llama's block has no "
+                       "biases, three FFN matrices and RMSNorms",
+                       _LLAMA),
+)
+
+
+def _llama_count(d: int, d_ff: int) -> int:
+    return 4 * d * d + 3 * d * d_ff + 2 * d
+
+
+def _wrong_llama_counts(d: int, d_ff: int) -> list:
+    right = _llama_count(d, d_ff)
+    return [(LLAMA["no_gate"], right - d * d_ff),
+            (LLAMA["no_gate"], right - d * d_ff + d_ff + d),  # + biases
+            (LLAMA["four_d_model"], _llama_count(d, 4 * d)),
+            (LLAMA["four_d_model"], right - 3 * d * d_ff + 8 * d * d),
+            (LLAMA["attention_biases"], right + 4 * d),
+            (LLAMA["ffn_biases"], right + 2 * d_ff + d),
+            (LLAMA["all_biases"], right + 4 * d + 2 * d_ff + d),
+            (LLAMA["norm_betas"], right + 2 * d),
+            (LLAMA["no_norms"], right - 2 * d),
+            (LLAMA["transformer_block"], _count(d, d_ff))]
+
+
+def check_llama_block_params(fn: Callable[[int, int], int]) -> Verdict:
+    """Exercise 12.4: ``fn(d_model, d_ff)`` is the number of parameters of
+    a Llama block: attention without biases (4 d_model^2), the SwiGLU
+    FFN (3 d_model d_ff) and two RMSNorms (d_model each)."""
+    return check_calls(
+        fn, ((6, 16), (8, 24), (12, 32), (1, 3)), _llama_count,
+        "4 d^2 (attention, no biases) + 3 d d_ff (SwiGLU: W1, the gate "
+        "W3, W2) + 2 d (two RMSNorms, gamma only)",
+        mistakes=_wrong_llama_counts)
+
+
 PRE_NORM = catalogue(
     "check_pre_norm", 12,
     post_norm=("this is post-norm (LayerNorm after the residual sum); "
@@ -145,6 +202,9 @@ PRE_NORM = catalogue(
     causal_mask=("this applies a causal mask (is_causal=True or a mask): "
                  "the exercise's forward has none, every token attends "
                  "to every token", _BLOCK),
+    output_norm=("this normalises each sublayer's output, x + "
+                 "norm1(attn(x)): pre-norm normalises its input, "
+                 "x + attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
     attn_output_ffn=("the FFN reads norm2 of attention's output alone: "
                      "it reads the updated stream, h = x + "
                      "attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
@@ -180,6 +240,9 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         if how == "attn_output_ffn":
             a = attn(n1(x))
             return x + a + ffn(n2(a))
+        if how == "output_norm":  # Gemma's output norm, no input norm
+            h = x + n1(attn(x))
+            return h + n2(ffn(h))
         if how == "post_norm":
             h = n1(x + attn(x))
             return n2(h + ffn(h))
@@ -260,7 +323,8 @@ def check_pre_norm(
                     "no_second_residual", "one_norm", "swapped_norms",
                     "raw_key_value", "swapped_order", "swapped_order2",
                     "no_activation", "fixed_relu", "final_norm",
-                    "final_norm2", "causal_mask", "attn_output_ffn")])
+                    "final_norm2", "causal_mask", "attn_output_ffn",
+                    "output_norm")])
         if problem is not None:
             return problem
     return Verdict(
