@@ -3522,15 +3522,18 @@ def test_tokenizer_generic_hint_counts_from_one_and_quotes_the_token():
 
 
 # --- chapter 7: more planted mistakes (round 26) ---
-# The inverted masks of 7.2 and 7.3 point to the convention box (the
-# chapter's opening, "Masking"); the -1e9 hint names only the finite fill.
+# The inverted masks of 7.2 and 7.3 point, as 7.1's does, to the first
+# section that builds a mask, True on the visible keys (round 28: no
+# longer to the chapter's title); the -1e9 hint names only the finite fill.
 
 @pytest.mark.parametrize("checker", ["check_decoder_mask",
-                                     "check_safe_softmax"])
+                                     "check_safe_softmax",
+                                     "check_prefix_lm_mask"])
 def test_chapter07_inverted_mask_points_to_the_convention(checker):
     verdict = _check(checker, WRONG[checker]["inverted"]())
     assert not verdict
-    assert "'Masking' in chapter 7" in verdict.message, verdict.message
+    assert "'Padding masks from lengths' in chapter 7" in plain(
+        verdict.message).replace("\n  ", " "), verdict.message
 
 
 def test_chapter07_minus_1e9_hint_names_the_finite_fill_only():
@@ -3754,3 +3757,78 @@ def _output_norm(block, x):
 
 
 WRONG["check_pre_norm"]["output_norm"] = lambda: (_output_norm,)
+
+# --- chapter 7: more planted mistakes (round 28) ---
+# Exercise 7.3: NaN hidden everywhere (nan_to_num(0.0), or w != w zeroed)
+# passes the empty rows but also hides a NaN score from upstream.
+# Exercise 7.4 (new): a prefix-LM mask, with its classic mistakes.
+
+
+def _hide_every_nan(s, m):
+    w = torch.softmax(s.float().masked_fill(~m, INF), dim=-1)
+    return w.nan_to_num(0.0).to(s.dtype)
+
+
+def _zero_where_nan(s, m):
+    w = torch.softmax(s.float().masked_fill(~m, INF), dim=-1)
+    return torch.where(w != w, 0.0, w).to(s.dtype)
+
+
+WRONG["check_safe_softmax"].update({
+    "hides_nan": lambda: (_hide_every_nan,),
+    "hides_nan/where": lambda: (_zero_where_nan,),
+})
+
+
+def _finfo_min_then_zeroed(s, m):  # the solution's accepted variant
+    x = s.float().masked_fill(~m, torch.finfo(torch.float32).min)
+    empty = ~m.any(dim=-1, keepdim=True)
+    return torch.softmax(x, dim=-1).masked_fill(empty, 0.0).to(s.dtype)
+
+
+RIGHT["check_safe_softmax"].append(lambda: (_finfo_min_then_zeroed,))
+
+
+def _prefix_lm(how):
+    def fn(p, n):
+        length = int(n.max())
+        pos = torch.arange(length)
+        real = (pos < n[:, None])[:, None, None, :]  # (B, 1, 1, L)
+        past = pos[None, :] <= pos[:, None]  # (L, L)
+        pre = (pos < p[:, None])[:, None, None, :]
+        wide = (pos <= p[:, None])[:, None, None, :]
+        rows = (pos < p[:, None])[:, None, :, None]
+        tril = torch.ones(length, length, dtype=torch.bool).tril()
+        return {
+            "right": real & (past | pre),
+            "right/tril": real & (tril | pre),
+            "causal_only": real & tril,
+            "no_causal": real.expand(-1, 1, length, -1),
+            "prefix_on_queries": real & (past | rows),
+            "and_for_or": real & past & pre,
+            "one_too_many": real & (past | wide),
+            "no_padding": (past | pre).expand(len(n), 1, -1, -1),
+            "pad_queries": real.mT & (past | pre),
+            "pad_queries/both": real & real.mT & (past | pre),
+            "inverted": ~(real & (past | pre)),
+            "no_head_axis": (real & (past | pre))[:, 0],
+        }[how]
+    return fn
+
+
+RIGHT["check_prefix_lm_mask"] = [
+    lambda: (_prefix_lm("right"),), lambda: (_prefix_lm("right/tril"),)]
+WRONG["check_prefix_lm_mask"] = {
+    name: (lambda name=name: (_prefix_lm(name),))
+    for name in ("causal_only", "no_causal", "prefix_on_queries",
+                 "and_for_or", "one_too_many", "no_padding", "pad_queries",
+                 "pad_queries/both", "inverted", "no_head_axis")}
+
+
+def test_chapter7_hidden_nan_and_prefix_hints_point_at_real_places():
+    hint = CATALOGUE["check_safe_softmax"]["hides_nan"]
+    assert "nan_to_num" in hint.hint
+    assert CATALOGUE["check_decoder_mask"]["no_head_axis"].section == (
+        "Causal masks")
+    for checker in ("check_decoder_mask", "check_safe_softmax"):
+        assert CATALOGUE[checker]["inverted"].section != "Masking"

@@ -54,6 +54,7 @@ from mha_lib.exercises.chapter06 import (
 from mha_lib.exercises.chapter07 import (
     check_decoder_mask,
     check_padding_mask,
+    check_prefix_lm_mask,
     check_safe_softmax,
 )
 from mha_lib.exercises.chapter08 import (
@@ -146,6 +147,7 @@ __all__ = [
     "check_padding_mask",
     "check_decoder_mask",
     "check_safe_softmax",
+    "check_prefix_lm_mask",
     "check_concat_heads",
     "check_masked_self_attention",
     "check_num_parameters",

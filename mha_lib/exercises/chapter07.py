@@ -18,7 +18,8 @@ from mha_lib.exercises.verdict import (
 )
 from mha_lib.masks import causal_mask, padding_mask
 
-__all__ = ["check_padding_mask", "check_decoder_mask", "check_safe_softmax"]
+__all__ = ["check_padding_mask", "check_decoder_mask", "check_safe_softmax",
+           "check_prefix_lm_mask"]
 
 _PADDING = "Padding masks from lengths"
 _CAUSAL = "Causal masks"
@@ -26,8 +27,6 @@ _EMPTY = "A row with nothing to attend to"
 _HALF = "Finite fills, in float32 and in half precision"
 _BEFORE_AFTER = "Before the softmax or after it?"
 _FLOAT = "Float masks"
-# the chapter's opening, with the convention box (True = may attend)
-_CONVENTION = "Masking"
 
 PADDING = catalogue(
     "check_padding_mask", 7,
@@ -105,7 +104,7 @@ DECODER = catalogue(
     either=("a key is visible when it is real AND not in the future: "
             "combine the masks with &, not |", _CAUSAL),
     inverted=("the mask is True where a key is hidden; True means \"may "
-              "attend\"", _CONVENTION),
+              "attend\"", _PADDING),
     future=("the queries see the future and not the past: the causal "
             "part is the lower triangle, j <= i (torch.tril)", _CAUSAL),
     no_diagonal=("a query may attend itself: the causal part is j <= i, "
@@ -115,7 +114,7 @@ DECODER = catalogue(
                  "the pad rows then see the real tokens, and a loss "
                  "ignores them", _PADDING),
     no_head_axis=("the mask should be (B, 1, L, L), with a singleton axis "
-                  "for the heads", _PADDING),
+                  "for the heads", _CAUSAL),
 )
 
 
@@ -180,7 +179,7 @@ SAFE = catalogue(
     dtype=("return the dtype of the scores: compute in float32 if you "
            "like, then .to(scores.dtype)", "The library's masked softmax"),
     inverted=("the mask hides the keys where it is True; True means "
-              "\"may attend\"", _CONVENTION),
+              "\"may attend\"", _PADDING),
     after_softmax=("a query whose hidden key scores far above its visible "
                    "ones gets no weight at all: masked after the softmax, "
                    "the visible weights underflow to 0 before the "
@@ -190,6 +189,11 @@ SAFE = catalogue(
                     "the rows are not renormalised: the visible weights "
                     "no longer sum to 1; fill the hidden scores with -inf "
                     "before the softmax", _BEFORE_AFTER),
+    hides_nan=("a NaN in the scores (a bug upstream) comes back as "
+               "finite weights: nan_to_num, or a test like w != w, turns "
+               "every NaN into a number, not only the 0 / 0 of an empty "
+               "row; find the empty rows from the mask and zero those "
+               "alone", _EMPTY),
     softmax_dim=("the softmax runs over the queries (dim=-2); it runs "
                  "over the keys, the last axis",
                  "The softmax: weights that sum to one", 6),
@@ -289,5 +293,89 @@ def check_safe_softmax(
             ])
         if problem is not None:
             return problem
-    return Verdict(True, "as mha_lib.masked_softmax, empty rows zero, "
-                         "float32 and float16")
+    # A NaN score on a visible key (a bug upstream) must stay NaN, as in
+    # mha_lib.masked_softmax: an answer that hides every NaN hides it too.
+    s = scores.clone()
+    s[1, 2, 0] = float("nan")  # row (1, 2) sees every key
+    call = attempt(fn, s, mask.clone(),
+                   shown="scores with one NaN on a visible key, mask")
+    if call.verdict is not None:
+        return call.verdict
+    given = call.value
+    if isinstance(given, torch.Tensor) and given.shape == s.shape \
+            and not bool(given[1, 2].isnan().any()):
+        return SAFE["hides_nan"].verdict(call.label)
+    return Verdict(True, "as mha_lib.masked_softmax: empty rows 0, NaN "
+                         "kept, float16 too")
+
+
+PREFIX = catalogue(
+    "check_prefix_lm_mask", 7,
+    causal_only=("this is the decoder mask of Exercise 7.2: the prefix "
+                 "is still read causally; a prefix key is visible to "
+                 "every query, whatever its position", _CAUSAL),
+    no_causal=("the tokens after the prefix see their future: only the "
+               "prefix is read in both directions, the rest stays "
+               "causal", _CAUSAL),
+    prefix_on_queries=("the prefix queries (rows) see every key, the "
+                       "tokens to predict included: the prefix widens "
+                       "what every query sees of the keys j < p, it "
+                       "never opens the keys after the prefix", _CAUSAL),
+    and_for_or=("a key is visible when it is in the past OR in the "
+                "prefix (and real): combine those two with |, then & "
+                "the padding", _CAUSAL),
+    one_too_many=("one key too many is visible: the prefix is keys "
+                  "0, ..., p - 1, so j < p, not j <= p", _PADDING),
+    no_padding=("the pads are visible: & the whole mask with the "
+                "padding mask (keys j < length)", _PADDING),
+    pad_queries=("the pad queries (rows) are hidden, so their rows see "
+                 "no key at all; hide the pad keys (the last axis) "
+                 "only", _PADDING),
+    inverted=("the mask is True where a key is hidden; True means \"may "
+              "attend\"", _PADDING),
+    no_head_axis=("the mask should be (B, 1, L, L), with a singleton axis "
+                  "for the heads", _CAUSAL),
+)
+
+
+def check_prefix_lm_mask(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Exercise 7.4: ``fn(prefix_lens (B,), lengths (B,)) -> (B, 1, L, L)``
+    bool mask, ``L = max(lengths)``: key ``j`` is visible to query ``i``
+    of sentence ``b`` when it is real (``j < lengths[b]``) and in the
+    past (``j <= i``) or in the prefix (``j < prefix_lens[b]``)."""
+    cases = [(torch.tensor([2, 0, 3]), torch.tensor([5, 4, 3])),
+             (torch.tensor([1, 3]), torch.tensor([6, 4]))]
+    for prefix, lengths in cases:
+        length = int(lengths.max())
+        pos = torch.arange(length)
+        real = (pos < lengths[:, None])[:, None, None, :]  # (B, 1, 1, L)
+        past = pos[None, :] <= pos[:, None]  # (L, L): j <= i
+        in_prefix = (pos < prefix[:, None])[:, None, None, :]
+        want = real & (past | in_prefix)  # (B, 1, L, L)
+        wide = (pos <= prefix[:, None])[:, None, None, :]
+        q_prefix = (pos < prefix[:, None])[:, None, :, None]
+        call = attempt(fn, prefix.clone(), lengths.clone())
+        if call.verdict is not None:
+            return call.verdict
+        full = want.shape
+        problem = check_tensor(
+            call.label, call.value, want, axes="(B, 1, L, L)", mistakes=[
+                (PREFIX["causal_only"], real & past),
+                (PREFIX["no_causal"], real.expand(full)),
+                (PREFIX["prefix_on_queries"], real & (past | q_prefix)),
+                (PREFIX["and_for_or"], real & past & in_prefix),
+                (PREFIX["one_too_many"], real & (past | wide)),
+                (PREFIX["no_padding"], (past | in_prefix).expand(full)),
+                (PREFIX["pad_queries"],
+                 real & real.mT & (past | in_prefix)),
+                (PREFIX["pad_queries"],
+                 real.mT & (past | in_prefix)),
+                (PREFIX["inverted"], ~want),
+                (PREFIX["no_head_axis"], want[:, 0]),
+            ])
+        if problem is not None:
+            return problem
+    return Verdict(
+        True, "real keys in the past or the prefix, (B, 1, L, L)")
