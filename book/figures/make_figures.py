@@ -1170,8 +1170,9 @@ def kv_cache(c: CacheStep) -> Svg:
         svg.text(xs, y - (9 if second else 0), first, size=14, anchor="start")
         if second:
             svg.text(xs, y + 9.5, second, size=14, anchor="start")
-    svg.text(xs, 304, f"no mask: x_{{{t}}} is the last", size=14, anchor="start")
-    svg.text(x0 - 6, 316, f"output for x_{{{t}}}: \u03a3_{{j}} w_{{j}} v_{{j}} per head, "
+    svg.text(xs, 304, f"no mask: x_{{{t}}} is the last position", size=14,
+             anchor="start")
+    svg.text(x0 - 6, 316, "output: \u03a3_{j} w_{j} v_{j} per head, "
              f"merged, then W^{{O}} \u2192 {fmt(c.output)}", size=14, anchor="start")
     legend = [(BOX, BOX_EDGE, None, "kept in the cache"),
               (HOT, HOT_EDGE, None, "computed now, appended"),
