@@ -23,6 +23,7 @@ cell's ``ModuleNotFoundError``, which runs nothing).
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -202,9 +203,15 @@ def test_the_scan_sees_the_library_the_tests_and_the_book():
     assert sum(" cell " in label for label in labels) > 50
 
 
+@functools.cache
+def _scanned(source: str, notebook: bool) -> tuple[tuple[int, str], ...]:
+    """scan_python's findings, scanned once for both tests below (same worker)."""
+    return tuple(scan_python(source, notebook=notebook))
+
+
 @pytest.mark.parametrize("label,source,notebook", SOURCES, ids=[s[0] for s in SOURCES])
 def test_no_network_access_or_unsafe_unpickling(label, source, notebook):
-    findings = [(line, what) for line, what in scan_python(source, notebook=notebook)
+    findings = [(line, what) for line, what in _scanned(source, notebook)
                 if (label, what) not in ALLOWED]
     assert not findings, f"{label}: " + "; ".join(f"line {n}: {w}" for n, w in findings)
 
@@ -212,7 +219,7 @@ def test_no_network_access_or_unsafe_unpickling(label, source, notebook):
 def test_every_allowance_is_still_needed():
     """An allowance whose code is gone must go too, or it would hide a later use."""
     found = {(label, what) for label, source, notebook in SOURCES
-             for _, what in scan_python(source, notebook=notebook)}
+             for _, what in _scanned(source, notebook)}
     assert set(ALLOWED) - found == set()
 
 
