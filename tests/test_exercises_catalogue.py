@@ -3832,3 +3832,19 @@ def test_chapter7_hidden_nan_and_prefix_hints_point_at_real_places():
         "Causal masks")
     for checker in ("check_decoder_mask", "check_safe_softmax"):
         assert CATALOGUE[checker]["inverted"].section != "Masking"
+
+# --- chapter 17: more planted mistakes (round 30) ---
+# Exercise 17.1: the window's distance written the wrong way round,
+# kv_idx - q_idx < window, removes no key under the causal part: the
+# hint names the reversed sign, not only a missing window.
+WRONG["check_document_window_mod"]["no_window/reversed"] = lambda: (
+    lambda d, w: lambda b, h, q, kv: (
+        (d[q] == d[kv]) & (q >= kv) & (kv - q < w)),)
+
+
+def test_chapter17_round30_reversed_window_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_document_window_mod", "no_window/reversed")
+    verdict = _check("check_document_window_mod", WRONG[
+        "check_document_window_mod"]["no_window/reversed"]())
+    assert "wrong way round" in verdict.message, verdict.message

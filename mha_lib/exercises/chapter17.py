@@ -39,8 +39,10 @@ DOC_WINDOW = catalogue(
           "attend only keys of its own document, document_id[q_idx] == "
           "document_id[kv_idx]", _FLEX),
     no_window=("that is the page's document mask, every earlier key of "
-               "the document: add the window, q_idx - kv_idx < window",
-               _FLEX),
+               "the document: the window removes no key, either missing "
+               "or written the wrong way round (kv_idx - q_idx is never "
+               "positive for an earlier key); the distance back is "
+               "q_idx - kv_idx < window", _FLEX),
     inverted=("the mask is True where a key is hidden; a mask_mod returns "
               "True where the query may attend", _FLEX),
     python_and=("The indices are tensors: combine the conditions with &, "
