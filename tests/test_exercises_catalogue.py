@@ -3848,3 +3848,32 @@ def test_chapter17_round30_reversed_window_gets_its_hint():
     verdict = _check("check_document_window_mod", WRONG[
         "check_document_window_mod"]["no_window/reversed"]())
     assert "wrong way round" in verdict.message, verdict.message
+
+
+# --- chapter 14: more planted mistakes (round 30) ---
+# Exercise 14.4: the cached and new keys concatenated on the head axis
+# (dim 1) or on the last axis raise; the hint names the position axis.
+
+def _step_cat_on(dim):
+    def step(q, k_new, v_new, past_k, past_v):
+        k = torch.cat([past_k, k_new], dim=dim)
+        v = torch.cat([past_v, v_new], dim=dim)
+        mask = causal_mask(q.size(2), k.size(2))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out, k, v
+    return step
+
+
+WRONG["check_cached_step"]["cat_axis"] = lambda: (_step_cat_on(1),)
+WRONG["check_cached_step"]["cat_axis/last"] = lambda: (_step_cat_on(-1),)
+
+
+def test_cached_step_names_the_wrong_concatenation_axis():
+    for name in ("cat_axis", "cat_axis/last"):
+        verdict = _check("check_cached_step",
+                         WRONG["check_cached_step"][name]())
+        assert not verdict.ok
+        assert CATALOGUE["check_cached_step"]["cat_axis"].message in (
+            verdict.message)
+    right = _check("check_cached_step", (_step_cat_on(2),))
+    assert right.ok

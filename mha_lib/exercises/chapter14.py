@@ -286,7 +286,22 @@ STEP = catalogue(
                   "past ones with the new ones appended, "
                   "torch.cat([past, new], dim=2), the whole cache",
                   _CACHE_SECTION),
+    cat_axis=("the concatenation is on the wrong axis: positions are "
+              "dim 2 of (B, H, L, D), torch.cat([past, new], dim=2)",
+              _CACHE_SECTION),
 )
+
+
+def _explain_cat_axis(error, record):
+    """A torch.cat on an axis other than the positions' (dim 2) that
+    raised: the cat_axis mistake."""
+    for _, args, kwargs in record.find(torch.cat, torch.concat,
+                                       torch.concatenate):
+        dim = kwargs.get("dim", kwargs.get("axis",
+                                           args[1] if len(args) > 1 else 0))
+        if dim not in (2, -2):
+            return STEP["cat_axis"]
+    return None
 
 
 def _reference_step(q, k, v, mask, scale=None):
@@ -319,7 +334,8 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                 k[:, :, :start], v[:, :, :start])
         where = (f"the token at position {start}" if size == 1 else
                  f"the chunk of positions {start} to {end - 1}")
-        call = attempt(fn, *args, shown=f"{where}, {start} cached")
+        call = attempt(fn, *args, shown=f"{where}, {start} cached",
+                       explain=_explain_cat_axis)
         if call.verdict is not None:
             return call.verdict
         if not (isinstance(call.value, tuple) and len(call.value) == 3):
