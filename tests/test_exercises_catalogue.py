@@ -3832,3 +3832,13 @@ def test_chapter7_hidden_nan_and_prefix_hints_point_at_real_places():
         "Causal masks")
     for checker in ("check_decoder_mask", "check_safe_softmax"):
         assert CATALOGUE[checker]["inverted"].section != "Masking"
+
+
+# --- chapter 1: more planted mistakes (round 30) ---
+# an extra "<unk>" in the vocabulary: the hint names only what is extra.
+def test_vocab_hint_names_only_what_is_wrong():
+    extra_unk = build_vocab(SENTENCES, specials=("<pad>", "<unk>"))
+    verdict = _check("check_vocab", (extra_unk,))
+    assert not verdict
+    assert "extra ['<unk>']" in verdict.message
+    assert "missing" not in verdict.message

@@ -202,10 +202,10 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
         return VOCAB["unsorted"].verdict("stoi")
     missing = sorted(set(expected) - set(stoi))
     extra = sorted(set(stoi) - set(expected))
+    wrong = ", ".join(f"{name} {keys}" for name, keys in (
+        ("missing", missing), ("extra", extra)) if keys)
     return Verdict(False, f"stoi should have the {len(words)} tokens of "
-                          f"the "
-                          f"sentences and \"<pad>\"; missing {missing}, "
-                          f"extra {extra}")
+                          f"the sentences and \"<pad>\"; {wrong}")
 
 
 PADDED = catalogue(
