@@ -98,8 +98,8 @@ def encode(
         for token in tokenize(text):
             if token not in stoi:
                 raise ValueError(
-                    f"texts: expected tokens that are in stoi, "
-                    f"got {token!r} (from {text!r}), which is not")
+                    f"texts: expected only tokens in stoi, got "
+                    f"{token!r} (in {text!r})")
             row.append(stoi[token])
         rows.append(row)
     _check_ids(rows)

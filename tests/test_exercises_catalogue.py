@@ -3877,3 +3877,31 @@ def test_cached_step_names_the_wrong_concatenation_axis():
             verdict.message)
     right = _check("check_cached_step", (_step_cat_on(2),))
     assert right.ok
+
+
+# --- chapter 1: more planted mistakes (round 30) ---
+# an extra "<unk>" in the vocabulary: the hint names only what is extra.
+def test_vocab_hint_names_only_what_is_wrong():
+    extra_unk = build_vocab(SENTENCES, specials=("<pad>", "<unk>"))
+    verdict = _check("check_vocab", (extra_unk,))
+    assert not verdict
+    assert "extra ['<unk>']" in verdict.message
+    assert "missing" not in verdict.message
+# the split of "bugs" with the three merges (check_bpe_split): "bug" as a
+# piece, no end-of-word marker, "s</w>" joined, no merge applied.
+RIGHT["check_bpe_split"] = [lambda: (["b", "ug", "s", "</w>"],),
+                            lambda: (("b", "ug", "s", "</w>"),)]
+WRONG["check_bpe_split"] = {
+    "whole_word": lambda: (["bug", "s", "</w>"],),
+    "whole_word/no_marker": lambda: (["bug", "s"],),
+    "no_end_marker": lambda: (["b", "ug", "s"],),
+    "marker_joined": lambda: (["b", "ug", "s</w>"],),
+    "unmerged": lambda: (["b", "u", "g", "s", "</w>"],),
+}
+
+
+def test_bugs_split_refuses_junk_and_other_splits():
+    assert not _check("check_bpe_split", ("b ug s </w>",))
+    assert not _check("check_bpe_split", (None,))
+    verdict = _check("check_bpe_split", (["bu", "g", "s", "</w>"],))
+    assert not verdict and "b u g s </w>" in verdict.message

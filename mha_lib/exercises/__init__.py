@@ -21,6 +21,7 @@ Usage, in a notebook::
 
 from mha_lib.exercises.chapter01 import (
     check_bpe_merges,
+    check_bpe_split,
     check_padded_batch,
     check_tokenizer,
     check_vocab,
@@ -128,6 +129,7 @@ __all__ = [
     "check_vocab",
     "check_padded_batch",
     "check_bpe_merges",
+    "check_bpe_split",
     "check_onehot_embedding",
     "check_padding_embedding",
     "check_embedding_parameters",

@@ -21,6 +21,7 @@ __all__ = [
     "check_vocab",
     "check_padded_batch",
     "check_bpe_merges",
+    "check_bpe_split",
     "strip_all_punctuation",
     "BPE_CORPUS",
 ]
@@ -202,10 +203,10 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
         return VOCAB["unsorted"].verdict("stoi")
     missing = sorted(set(expected) - set(stoi))
     extra = sorted(set(stoi) - set(expected))
+    wrong = ", ".join(f"{name} {keys}" for name, keys in (
+        ("missing", missing), ("extra", extra)) if keys)
     return Verdict(False, f"stoi should have the {len(words)} tokens of "
-                          f"the "
-                          f"sentences and \"<pad>\"; missing {missing}, "
-                          f"extra {extra}")
+                          f"the sentences and \"<pad>\"; {wrong}")
 
 
 PADDED = catalogue(
@@ -487,3 +488,48 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
                           f"pair {where}: count the pairs again, weighted "
                           f"by the word counts (see '{SECTION}' in "
                           f"chapter 1)")
+
+
+SPLIT = catalogue(
+    "check_bpe_split", 1,
+    whole_word=("\"bug\" is no piece of bugs: the merge that made bug "
+                "one piece is (\"b\", \"ug</w>\"), a bug at the end of "
+                "a word, and in bugs \"ug\" is followed by \"s\", not "
+                "by \"</w>\"", SECTION),
+    no_end_marker=("a split ends with the end-of-word marker \"</w>\", a "
+                   "piece of its own when no merge joins it", SECTION),
+    marker_joined=("no merge joins \"s\" and \"</w>\": (\"s\", "
+                   "\"</w>\") is not among the three merges, so the two "
+                   "stay apart", SECTION),
+    unmerged=("apply the merges in order: the first, (\"u\", \"g\"), "
+              "joins the u and g of bugs", SECTION),
+)
+
+
+def check_bpe_split(pieces: list[str]) -> Verdict:
+    """Exercise 1.3: the unseen word ``bugs`` split with the first three
+    merges of BPE on ``BPE_CORPUS``, as a list of pieces."""
+    word = "bugs"
+    want = list(_words_after({word: 1}, _bpe(BPE_CORPUS, 3))[0])
+    if not isinstance(pieces, (list, tuple)) or not all(
+            isinstance(p, str) for p in pieces):
+        return Verdict(False, f"pieces should be a list of strings, got "
+                              f"{type(pieces).__name__}")
+    pieces = list(pieces)
+    if pieces == want:
+        return Verdict(True, f"{' '.join(pieces)}: ('b', 'ug</w>') "
+                             f"joins only a bug at a word's end")
+    if any(p.startswith("bug") for p in pieces):
+        return SPLIT["whole_word"].verdict("pieces")
+    if pieces == want[:-1]:
+        return SPLIT["no_end_marker"].verdict("pieces")
+    if pieces == [*want[:-2], want[-2] + want[-1]]:
+        return SPLIT["marker_joined"].verdict("pieces")
+    if pieces == [*word, "</w>"]:
+        return SPLIT["unmerged"].verdict("pieces")
+    if "".join(pieces) != word + "</w>":
+        return Verdict(False, f"the pieces should spell {word} and then "
+                              f"\"</w>\", got {''.join(pieces)!r}")
+    return Verdict(False, f"pieces: apply the three merges, in order, to "
+                          f"{' '.join([*word, '</w>'])} "
+                          f"(see '{SECTION}' in chapter 1)")
