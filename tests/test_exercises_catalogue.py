@@ -3905,3 +3905,50 @@ def test_bugs_split_refuses_junk_and_other_splits():
     assert not _check("check_bpe_split", (None,))
     verdict = _check("check_bpe_split", (["bu", "g", "s", "</w>"],))
     assert not verdict and "b u g s </w>" in verdict.message
+
+# --- chapter 18: more planted mistakes (round 30) ---
+# Exercise 18.4: the rotary query rotated but not the shared key; the
+# scores returned masked, or their softmax; the content and rotary parts
+# scaled by 1/sqrt(D) and 1/sqrt(R) apart. Exercise 18.2: the cache in
+# GiB (or GB). Exercise 18.1: q @ w_uk.T, the whole transpose.
+
+
+def _scores18_r30(m, x, mistake):
+    heads, d, r = m.num_heads, m.head_dim, m.rope_dim
+    pos = torch.arange(x.size(1))
+    q = mha_lib.split_heads(m.q_proj(x), heads)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = m.k_rope_proj(x)
+    if mistake != "key_not_rotated":
+        k_r = apply_rotary(k_r, pos)
+    latent_q = q @ m.k_up.weight.unflatten(0, (heads, -1))
+    content = latent_q @ m.kv_down(x)[:, None].mT
+    rotary = q_r @ k_r[:, None].mT
+    if mistake == "split_scale":
+        return content / d ** 0.5 + rotary / r ** 0.5
+    s = (content + rotary) / (d + r) ** 0.5
+    if mistake == "key_not_rotated":
+        return s
+    s = s.masked_fill(~causal_mask(x.size(1)), float("-inf"))
+    return s if mistake == "masked" else s.softmax(-1)
+
+
+WRONG["check_absorbed_scores"].update({
+    name: (lambda name=name: (lambda m, x: _scores18_r30(m, x, name),))
+    for name in ("key_not_rotated", "masked", "softmax", "split_scale")})
+WRONG["check_latent_cache_bytes"].update({
+    "gib": lambda: (
+        lambda c, r, length, b, s: (c + r) * length * b * s / 2**30,),
+    "gib/gb": lambda: (
+        lambda c, r, length, b, s: (c + r) * length * b * s / 1e9,),
+})
+WRONG["check_absorbed_query"]["whole_transposed"] = lambda: (
+    lambda q, w, h: q @ w.T,)
+
+
+def test_chapter18_round30_softmax_without_mask_is_named():
+    verdict = _check("check_absorbed_scores", (
+        lambda m, x: _scores18(m, x).softmax(-1),))
+    assert not verdict
+    assert CATALOGUE["check_absorbed_scores"]["softmax"].message \
+        in verdict.message

@@ -1829,7 +1829,8 @@ def latent_attention(p: LatentPicture) -> Svg:
                  weight="bold" if latent_row else "normal")
         svg.rect(lx, by, n * unit, 17, fill=GREEN if latent_row else BOX,
                  stroke=GREEN_EDGE if latent_row else BOX_EDGE, rx=2)
-        what = "C + R" if latent_row else "2 H_{kv} D"
+        what = ("C + R" if latent_row else "2 H D" if name == "multi-head"
+                else "2 D" if name == "multi-query" else "2 H_{kv} D")
         svg.text(lx + n * unit + 8, by + 13, f"{n}  ({what})", size=13, anchor="start",
                  weight="bold" if latent_row else "normal")
     # Sub- and superscripts at 11.6 units (10.6 px in the column), not the

@@ -52,6 +52,11 @@ ABSORB = catalogue(
     unchanged=("that is q unchanged: head h's queries are multiplied by "
                "its block W_uk[h], rows h*D to (h+1)*D - 1 of w_uk, "
                "which takes them from D to C features", _ABSORBED),
+    whole_transposed=("q @ w_uk.T multiplies by the whole (C, H * D) "
+                      "transpose: every head's D features meet the first "
+                      "D columns; head h needs only its own (D, C) "
+                      "block, w_uk.unflatten(0, (H, D)), not transposed",
+                      _ABSORBED),
 )
 
 
@@ -98,6 +103,8 @@ def check_absorbed_query(
                                            head_dim ** 0.5)),
                 (ABSORB["head_zero"], partial(torch.matmul, q, blocks[0])),
                 (ABSORB["unchanged"], q),
+                (ABSORB["whole_transposed"],
+                 partial(torch.matmul, q, w_uk.T)),
             ])
         if problem is not None:
             return problem
@@ -135,6 +142,8 @@ CACHE = catalogue(
     all_layers=("that is DeepSeek-V2's 60 layers: the function gives one "
                 "layer's cache; multiply by the layers only in the "
                 "question after it", _TABLE),
+    gib=("that is in GiB (or GB): the function returns bytes; divide by "
+         "2**30 only where you print the answer", _TABLE),
 )
 
 
@@ -173,6 +182,8 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["no_bytes"], full // size),
             (CACHE["no_batch"], full // batch),
             (CACHE["all_layers"], 60 * full),
+            (CACHE["gib"], full / 2**30),
+            (CACHE["gib"], full / 1e9),
         ])
         if problem is not None:
             return problem
@@ -275,13 +286,28 @@ SCORES = catalogue(
     transposed=("head h's latent query is q_h @ W_uk[h], its (D, C) "
                 "block of k_up.weight as stored (rows h*D to (h+1)*D - "
                 "1), not transposed nor reshaped to (C, D)", _ABSORBED),
+    key_not_rotated=("the shared rotary key must be rotated too: "
+                     "apply_rotary(k_r, positions), as the rotary "
+                     "queries; a rotated query against an unrotated key "
+                     "gives a score that depends on the query's "
+                     "position, not on the offset", _ROPE),
+    softmax=("that is the softmax of the scores: return the scores "
+             "themselves, before the mask and the softmax", _ROPE),
+    masked=("those scores are masked: return them before the mask (the "
+            "-inf above the diagonal comes later, with the softmax)",
+            _ROPE),
+    split_scale=("one scale for the whole score, 1/sqrt(D + R): the "
+                 "content and rotary parts are two halves of one dot "
+                 "product of D + R numbers, not scaled by 1/sqrt(D) and "
+                 "1/sqrt(R) apart", _ROPE),
 )
 
 
 def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
             rotate_latent: bool = False, rotate: bool = True,
             rope: bool = True, width: int | None = None,
-            transposed: bool = False) -> torch.Tensor:
+            transposed: bool = False, rotate_key: bool = True,
+            split_scale: bool = False) -> torch.Tensor:
     """The pre-softmax scores ``(B, H, L, L)`` of ``m`` on ``x``, in the
     absorbed form, or with one planted mistake."""
     heads, head_dim = m.num_heads, m.head_dim
@@ -290,7 +316,8 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
     q_r = split_heads(m.q_rope_proj(x), heads)  # (B, H, L, R)
     k_r = m.k_rope_proj(x)  # (B, L, R)
     if rotate:
-        q_r, k_r = apply_rotary(q_r, pos), apply_rotary(k_r, pos)
+        q_r = apply_rotary(q_r, pos)
+        k_r = apply_rotary(k_r, pos) if rotate_key else k_r
     c = m.kv_down(x)  # (B, L, C)
     w = m.k_up.weight.unflatten(0, (heads, head_dim))  # (H, D, C)
     if transposed:
@@ -299,6 +326,9 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
     if rotate_latent:
         latent_q, c = apply_rotary(latent_q, pos), apply_rotary(c, pos)
     s = latent_q @ c[:, None].mT  # (B, H, L, L)
+    if split_scale:
+        return (s / head_dim ** 0.5
+                + q_r @ k_r[:, None].mT / m.rope_dim ** 0.5)
     if rope:
         s = s + q_r @ k_r[:, None].mT
     return s / (head_dim + m.rope_dim if width is None else width) ** 0.5
@@ -347,6 +377,18 @@ def check_absorbed_scores(
                 (SCORES["scale_latent"], partial(_scores, m, x,
                                                  width=latent + rope)),
                 (SCORES["unscaled"], partial(_scores, m, x, width=1)),
+                (SCORES["key_not_rotated"], partial(_scores, m, x,
+                                                    rotate_key=False)),
+                (SCORES["split_scale"], partial(_scores, m, x,
+                                                split_scale=True)),
+            ]
+            causal = torch.ones(x.size(1), x.size(1),
+                                dtype=torch.bool).tril()
+            masked = expected.masked_fill(~causal, float("-inf"))
+            mistakes += [
+                (SCORES["masked"], masked),
+                (SCORES["softmax"], masked.softmax(-1)),
+                (SCORES["softmax"], expected.softmax(-1)),
             ]
             if head_dim == latent:
                 mistakes.append((SCORES["transposed"], partial(
