@@ -218,7 +218,7 @@ SAFE = catalogue(
     in_place=("the caller's scores are changed: an in-place fill "
               "(masked_fill_) writes -inf into the tensor you were "
               "given, which the caller may still use; use masked_fill, "
-              "which returns a new tensor", _EMPTY),
+              "which returns a new tensor", "d2l's `valid_lens`"),
     softmax_dim=("the softmax runs over the queries (dim=-2); it runs "
                  "over the keys, the last axis",
                  "The softmax: weights that sum to one", 6),
