@@ -3952,3 +3952,35 @@ def test_chapter18_round30_softmax_without_mask_is_named():
     assert not verdict
     assert CATALOGUE["check_absorbed_scores"]["softmax"].message \
         in verdict.message
+
+# --- chapter 7: more planted mistakes (round 30) ---
+# Exercise 7.1: `lengths - 1` (one key too few) and a missing [:, None]
+# (the broadcasting RuntimeError becomes a hint); 7.2: the whole mask
+# transposed; 7.3: the caller's scores filled in place (masked_fill_).
+WRONG["check_padding_mask"].update({
+    "one_too_few": lambda: (
+        lambda n, m: (torch.arange(m) < (n - 1)[:, None])[:, None, None],),
+    "no_lengths_axis": lambda: (
+        lambda n, m: (torch.arange(m) < n)[:, None, None],),
+})
+WRONG["check_decoder_mask"]["transposed"] = lambda: (
+    lambda n: (mha_lib.padding_mask(n)
+               & mha_lib.causal_mask(int(n.max()))).mT,)
+WRONG["check_safe_softmax"]["in_place"] = lambda: (
+    lambda s, m: masked_softmax(s.masked_fill_(~m, INF), m),)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_padding_mask", "one_too_few"),
+    ("check_padding_mask", "no_lengths_axis"),
+    ("check_decoder_mask", "transposed"),
+    ("check_safe_softmax", "in_place")])
+def test_chapter07_round30_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+
+def test_chapter07_missing_axis_names_the_broadcast():
+    verdict = _check("check_padding_mask",
+                     WRONG["check_padding_mask"]["no_lengths_axis"]())
+    assert "RuntimeError" in verdict.message
+    assert "lengths[:, None]" in verdict.message

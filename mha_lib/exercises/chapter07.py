@@ -36,6 +36,14 @@ PADDING = catalogue(
               "\"may attend\", so the real keys are True", _PADDING),
     one_too_many=("one key too many is visible: key j is real when "
                   "j < length, not j <= length", _PADDING),
+    one_too_few=("one key too few is visible: the last real token is "
+                 "hidden; key j is real when j < length, not "
+                 "j < length - 1", _PADDING),
+    no_lengths_axis=("arange(max_len) (Lk,) compared with lengths (B,) "
+                     "does not broadcast to a table: broadcasting lines "
+                     "up the last axes, Lk against B; compare with "
+                     "lengths[:, None], (B, 1), to get (B, Lk)",
+                     _PADDING),
     no_broadcast_axes=("the mask should be (B, 1, 1, Lk), with singleton "
                        "axes for the heads and the queries, so that it "
                        "broadcasts over (B, H, Lq, Lk)", _PADDING),
@@ -52,6 +60,11 @@ PADDING = catalogue(
 )
 
 
+def _explain_broadcast(error: BaseException, record) -> object:
+    return PADDING["no_lengths_axis"] if "must match the size" \
+        in str(error) else None
+
+
 def check_padding_mask(
     fn: Callable[[torch.Tensor, int], torch.Tensor],
 ) -> Verdict:
@@ -63,7 +76,8 @@ def check_padding_mask(
     cases = [(torch.tensor([6, 6, 6, 3]), 6), (torch.tensor([2, 0, 5]), 5),
              (torch.tensor([1, 4]), 7)]
     for lengths, max_len in cases:
-        call = attempt(fn, lengths.clone(), max_len)
+        call = attempt(fn, lengths.clone(), max_len,
+                       explain=_explain_broadcast)
         if call.verdict is not None:
             return call.verdict
         want = padding_mask(lengths, max_len)  # (B, 1, 1, Lk)
@@ -82,6 +96,8 @@ def check_padding_mask(
                 (PADDING["inverted"], ~want),
                 (PADDING["one_too_many"], padding_mask(
                     (lengths + 1).clamp(max=max_len), max_len)),
+                (PADDING["one_too_few"], padding_mask(
+                    (lengths - 1).clamp(min=0), max_len)),
                 (PADDING["no_broadcast_axes"], want[:, 0, 0]),
                 (PADDING["no_broadcast_axes"], want[:, 0]),
                 (PADDING["keys_on_query_axis"], want.transpose(-1, -2)),
@@ -115,6 +131,10 @@ DECODER = catalogue(
                  "ignores them", _PADDING),
     no_head_axis=("the mask should be (B, 1, L, L), with a singleton axis "
                   "for the heads", _CAUSAL),
+    transposed=("the queries and the keys are swapped: this is the right "
+                "mask transposed; the keys are the last axis, for the "
+                "padding (j < length) and the causal part (j <= i)",
+                _CAUSAL),
 )
 
 
@@ -143,6 +163,7 @@ def check_decoder_mask(
                 (DECODER["no_diagonal"], pad & causal.tril(-1)),
                 (DECODER["pad_queries"], pad.transpose(-2, -1) & causal),
                 (DECODER["no_head_axis"], want[:, 0]),
+                (DECODER["transposed"], want.mT),
             ])
         if problem is not None:
             return problem
@@ -194,6 +215,10 @@ SAFE = catalogue(
                "every NaN into a number, not only the 0 / 0 of an empty "
                "row; find the empty rows from the mask and zero those "
                "alone", _EMPTY),
+    in_place=("the caller's scores are changed: an in-place fill "
+              "(masked_fill_) writes -inf into the tensor you were "
+              "given, which the caller may still use; use masked_fill, "
+              "which returns a new tensor", "d2l's `valid_lens`"),
     softmax_dim=("the softmax runs over the queries (dim=-2); it runs "
                  "over the keys, the last axis",
                  "The softmax: weights that sum to one", 6),
@@ -246,11 +271,14 @@ def check_safe_softmax(
     mask[1, 3] = torch.tensor([True, True, False, True, True])
     for dtype in (torch.float32, torch.float16):
         s = scores.to(dtype)
-        call = attempt(fn, s.clone(), mask.clone(),
+        given_scores = s.clone()
+        call = attempt(fn, given_scores, mask.clone(),
                        shown=f"{dtype} scores {tuple(s.shape)}, mask",
                        explain=_explain_half)
         if call.verdict is not None:
             return call.verdict
+        if not torch.equal(given_scores, s):  # written in place
+            return SAFE["in_place"].verdict(call.label)
         given = call.value
         want = masked_softmax(s, mask)
         tol = 1e-5 if dtype == torch.float32 else 1e-3
