@@ -3984,3 +3984,127 @@ def test_chapter07_missing_axis_names_the_broadcast():
                      WRONG["check_padding_mask"]["no_lengths_axis"]())
     assert "RuntimeError" in verdict.message
     assert "lengths[:, None]" in verdict.message
+
+# --- chapter 12: more planted mistakes (round 30) ---
+# Exercise 12.1: TransformerBlock's own signature, the textbook 12 d^2, one
+# bias vector forgotten. Exercise 12.4: one RMSNorm, the final norm per
+# block. check_pre_norm: a hard-coded GELU, LayerNorm without the block's
+# gamma and beta, an in-place x +=. Exercise 12.2 (new): Llama's block
+# forward from its parts, with its classic mistakes.
+
+WRONG["check_block_params"].update({
+    "num_heads_argument": lambda: (lambda d, h, f: block_params(d, f),),
+    "twelve_d_squared": lambda: (lambda d, f: 12 * d * d,),
+    "one_bias": lambda: (lambda d, f: block_params(d, f) - d,),
+})
+WRONG["check_llama_block_params"].update({
+    "one_rms_norm": lambda: (lambda d, f: _llama_params(d, f) - d,),
+    "final_norm": lambda: (lambda d, f: _llama_params(d, f) + d,),
+})
+
+
+def _pre_norm_parts(block, x, act=None, norm=None, in_place=False):
+    n1, n2 = (norm, norm) if norm else (block.norm1, block.norm2)
+    a = block.attn(n1(x), need_weights=False)[0]
+    if in_place:
+        x += a
+    else:
+        x = x + a
+    hidden = (act or block.activation)(block.linear1(n2(x)))
+    return x + block.linear2(hidden)
+
+
+def _fresh(h):
+    return F.layer_norm(h, h.shape[-1:])
+
+
+WRONG["check_pre_norm"].update({
+    "fixed_gelu": lambda: (lambda b, x: _pre_norm_parts(b, x, act=F.gelu),),
+    "fresh_norm": lambda: (lambda b, x: _pre_norm_parts(b, x, norm=_fresh),),
+    "fresh_norm/module": lambda: (lambda b, x: _pre_norm_parts(
+        b, x, norm=nn.LayerNorm(x.size(-1))),),
+    "in_place": lambda: (
+        lambda b, x: _pre_norm_parts(b, x, in_place=True),),
+    "stale_ffn_input/neox": lambda: (lambda b, x: x + b.attn(
+        b.norm1(x))[0] + b.linear2(b.activation(b.linear1(b.norm2(x)))),),
+})
+
+
+def _rms(x, gamma, eps=1e-6):  # the page's rms_norm
+    return gamma * x / torch.sqrt(x.square().mean(-1, keepdim=True) + eps)
+
+
+def _llama(p, x, how="right"):
+    def n1(h):
+        if how == "layer_norm":
+            return F.layer_norm(h, h.shape[-1:], p.norm1.weight, eps=1e-6)
+        return _rms(h, 1.0 if how == "no_gain" else p.norm1.weight)
+
+    def n2(h):
+        if how == "layer_norm":
+            return F.layer_norm(h, h.shape[-1:], p.norm2.weight, eps=1e-6)
+        return _rms(h, 1.0 if how == "no_gain" else p.norm2.weight)
+
+    def attn(h):
+        return p.attn(h, need_weights=False,
+                      is_causal=how == "causal_mask")[0]
+
+    def swiglu(z):
+        a, g = p.w1(z), p.w3(z)
+        if how == "gate_swapped":
+            return p.w2(F.silu(g) * a)
+        if how == "no_gate":
+            return p.w2(F.silu(a))
+        if how == "no_silu":
+            return p.w2(a * g)
+        return p.w2((F.gelu if how == "gelu" else F.silu)(a) * g)
+
+    if how == "post_norm":
+        h = n1(x + attn(x))
+        return n2(h + swiglu(h))
+    if how == "normalised_stream":
+        x = n1(x)
+        h = x + attn(x)
+        h = n2(h)
+        return h + swiglu(h)
+    if how == "swapped_order":
+        h = x + swiglu(n1(x))
+        return h + attn(n2(h))
+    if how == "parallel":
+        return x + attn(n1(x)) + swiglu(n1(x))
+    if how == "stale_ffn_input":  # GPT-NeoX's two-norm parallel block
+        return x + attn(n1(x)) + swiglu(n2(x))
+    if how == "pair_sum":
+        h = x + p.attn(n1(x))
+        return h + swiglu(n2(h))
+    if how == "in_place":
+        x += attn(n1(x))
+        return x + swiglu(n2(x))
+    h = attn(n1(x)) if how == "no_first_residual" else x + attn(n1(x))
+    if how == "no_second_residual":
+        return swiglu(n2(h))
+    if how == "one_norm":
+        return h + swiglu(n1(h))
+    return h + swiglu(n2(h))
+
+
+def _llama_modules_forward(p, x):
+    h = x + p.attn(p.norm1(x), p.norm1(x), p.norm1(x))[0]
+    z = p.norm2(h)
+    return h + p.w2(F.silu(p.w1(z)) * p.w3(z))
+
+
+RIGHT["check_llama_block"] = [lambda: (_llama,),
+                              lambda: (_llama_modules_forward,)]
+WRONG["check_llama_block"] = {
+    name: (lambda name=name: (lambda p, x: _llama(p, x, name),))
+    for name in ("post_norm", "normalised_stream", "one_norm",
+                 "stale_ffn_input", "parallel", "no_first_residual",
+                 "no_second_residual", "swapped_order", "layer_norm",
+                 "no_gain", "gate_swapped", "no_gate", "no_silu", "gelu",
+                 "causal_mask", "pair_sum", "in_place")}
+
+
+def test_chapter12_round30_success_message_reads_the_updated_stream():
+    verdict = _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
+    assert "norm2(h)" in verdict.message and "norm2(x)" not in verdict.message

@@ -82,6 +82,7 @@ from mha_lib.exercises.chapter11 import (
 )
 from mha_lib.exercises.chapter12 import (
     check_block_params,
+    check_llama_block,
     check_llama_block_params,
     check_pre_norm,
 )
@@ -166,6 +167,7 @@ __all__ = [
     "check_sdpa_attention",
     "check_block_params",
     "check_pre_norm",
+    "check_llama_block",
     "check_llama_block_params",
     "check_score_intensity",
     "check_weights_mib",

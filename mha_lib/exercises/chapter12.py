@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import partial
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from mha_lib.block import TransformerBlock
 from mha_lib.exercises.verdict import (
@@ -16,8 +18,9 @@ from mha_lib.exercises.verdict import (
     check_calls,
     check_tensor,
 )
+from mha_lib.mha import MultiHeadAttention
 
-__all__ = ["check_block_params", "check_pre_norm",
+__all__ = ["check_block_params", "check_pre_norm", "check_llama_block",
            "check_llama_block_params"]
 
 _BLOCK = "The block: pre-norm and post-norm"
@@ -58,6 +61,19 @@ PARAMS = catalogue(
                     "(linear1) and d_ff x d_model (linear2): 2 d_model "
                     "d_ff weights, plus the biases d_ff and d_model",
                     "The feed-forward network"),
+    num_heads_argument=("block_params takes (d_model, d_ff), two "
+                        "arguments: no num_heads, which does not change "
+                        "the count (the heads split the same matrices)",
+                        "The output projection", 8),
+    twelve_d_squared=("12 d_model^2 is the textbook count: weights only, "
+                      "with d_ff = 4 d_model. Use d_ff, the argument "
+                      "(2 d_model d_ff FFN weights), and count the "
+                      "biases and the LayerNorms' gamma and beta",
+                      "The feed-forward network"),
+    one_bias=("d_model parameters are missing: one bias vector of "
+              "d_model (the output projection's, another attention "
+              "bias, or linear2's) or one LayerNorm's beta",
+              "LayerNorm"),
 )
 
 
@@ -80,12 +96,28 @@ def _wrong_counts(d: int, d_ff: int) -> list:
             (PARAMS["ffn_bias_sizes"], right + d_ff - d),  # 2 d_ff
             (PARAMS["ffn_bias_sizes"], right - d_ff + d),  # 2 d_model
             (PARAMS["one_ffn_matrix"], right - d * d_ff - d),  # one layer
-            (PARAMS["one_ffn_matrix"], right - d * d_ff)]  # both biases
+            (PARAMS["one_ffn_matrix"], right - d * d_ff),  # both biases
+            (PARAMS["twelve_d_squared"], 12 * d * d),
+            (PARAMS["one_bias"], right - d)]
+
+
+def _three_arguments(fn: Callable) -> bool:
+    """``fn`` takes three required arguments (TransformerBlock's
+    ``d_model, num_heads, d_ff``) where the exercise passes two."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return False
+    return sum(p.default is p.empty and p.kind in (
+        p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params) == 3
 
 
 def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
     """Exercise 12.1: ``fn(d_model, d_ff)`` is the number of parameters of
     ``TransformerBlock(d_model, num_heads, d_ff)``."""
+    if _three_arguments(fn):
+        return PARAMS["num_heads_argument"].verdict(
+            f"{getattr(fn, '__name__', 'fn')}(d_model, num_heads, d_ff)")
     return check_calls(
         # (6, 10) first: at (8, 32) forgetting every bias and forgetting
         # W_o both give 800, and the hint could not tell them apart.
@@ -113,6 +145,12 @@ LLAMA = catalogue(
                 "parameters for each of the two norms", _LLAMA),
     no_norms=("the two RMSNorms are missing: each has a gain gamma of "
               "d_model parameters", _LLAMA),
+    one_rms_norm=("d_model parameters are missing: a Llama block has "
+                  "two RMSNorms, one before each sublayer, d_model "
+                  "each", _LLAMA),
+    final_norm=("one d_model too many: the final RMSNorm follows the "
+                "whole stack (count it once for the model), not each "
+                "block", _LLAMA),
     transformer_block=("this is the count of Exercise 12.1's "
                        "TransformerBlock (biases, two FFN matrices, "
                        "LayerNorms with beta); Llama's block has no "
@@ -136,6 +174,8 @@ def _wrong_llama_counts(d: int, d_ff: int) -> list:
             (LLAMA["all_biases"], right + 4 * d + 2 * d_ff + d),
             (LLAMA["norm_betas"], right + 2 * d),
             (LLAMA["no_norms"], right - 2 * d),
+            (LLAMA["one_rms_norm"], right - d),
+            (LLAMA["final_norm"], right + d),
             (LLAMA["transformer_block"], _count(d, d_ff))]
 
 
@@ -189,10 +229,12 @@ PRE_NORM = catalogue(
     no_residual=("both residuals are missing: add each sublayer's output "
                  "to its input, h = x + attn(norm1(x)), then "
                  "h + ffn(norm2(h))", "Residual connections"),
-    stale_ffn_input=("the FFN reads norm2(x), the block's input: it reads "
-                     "the stream after attention's update, "
-                     "h = x + attn(norm1(x)), then h + ffn(norm2(h))",
-                     _BLOCK),
+    stale_ffn_input=("the FFN reads norm2(x), the block's input "
+                     "(GPT-NeoX's parallel block, with two norms): the "
+                     "sequential "
+                     "block's FFN reads the stream after attention's "
+                     "update, h = x + attn(norm1(x)), then "
+                     "h + ffn(norm2(h))", _BLOCK),
     parallel=("this is the parallel form (GPT-J's): attention and the "
               "FFN both read norm1(x). The block is sequential: "
               "h = x + attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
@@ -208,6 +250,16 @@ PRE_NORM = catalogue(
     attn_output_ffn=("the FFN reads norm2 of attention's output alone: "
                      "it reads the updated stream, h = x + "
                      "attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
+    fixed_gelu=("this uses GELU: the block's activation is "
+                "block.activation, GELU by default but ReLU in this "
+                "block", "The feed-forward network"),
+    fresh_norm=("this normalises without the block's learned gamma and "
+                "beta (F.layer_norm or a fresh nn.LayerNorm): use "
+                "block.norm1 and block.norm2", "LayerNorm"),
+    in_place=("this changes the caller's x in place (x += ...): write "
+              "x = x + ...; in training the in-place add also breaks "
+              "autograd, which needs the input that was overwritten",
+              "Residual connections"),
 )
 
 
@@ -233,6 +285,12 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         return block.linear2(block.activation(hidden) if act else hidden)
 
     n1, n2 = block.norm1, block.norm2
+    if how.startswith("fresh_norm"):  # LayerNorm without gamma and beta
+        def fresh(h):
+            return F.layer_norm(h, h.shape[-1:])
+        n1 = fresh if how != "fresh_norm2" else n1
+        n2 = fresh if how != "fresh_norm1" else n2
+        how = "right"
     with torch.no_grad():
         if how == "causal_mask":
             h = x + block.attn(n1(x), need_weights=False, is_causal=True)[0]
@@ -270,8 +328,9 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
             return h + ffn(n1(h))
         if how in ("stale_ffn_input", "parallel"):
             return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
-        if how == "fixed_relu":
-            return h + block.linear2(F.relu(block.linear1(n2(h))))
+        if how in ("fixed_relu", "fixed_gelu"):
+            act = F.relu if how == "fixed_relu" else F.gelu
+            return h + block.linear2(act(block.linear1(n2(h))))
         out = h + ffn(n2(h), act=how != "no_activation")
         if how == "final_norm":  # a fresh LayerNorm, or norm2 once more
             return F.layer_norm(out, out.shape[-1:])
@@ -283,7 +342,7 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
 def check_pre_norm(
     fn: Callable[[TransformerBlock, torch.Tensor], torch.Tensor],
 ) -> Verdict:
-    """Exercise 12.2: ``fn(block, x)`` is the pre-norm forward of a
+    """``fn(block, x)`` is the pre-norm forward of a
     :class:`~mha_lib.TransformerBlock` in eval mode, from its parts,
     without a mask: ``(B, L, d_model)`` to ``(B, L, d_model)``."""
     generator = torch.Generator().manual_seed(12)
@@ -299,23 +358,26 @@ def check_pre_norm(
                 norm.weight.uniform_(0.5, 1.5, generator=generator)
                 norm.bias.uniform_(-0.5, 0.5, generator=generator)
         x = torch.randn(batch, length, d_model, generator=generator) * 3
+        given = x.clone()  # the reader's function must leave x alone
         with torch.no_grad():
             expected, _ = block(x)
             called: list = []
             hook = block.register_forward_pre_hook(partial(_seen, called))
             try:
-                call = attempt(fn, block, x, explain=_explain)
+                call = attempt(fn, block, given, explain=_explain)
             finally:
                 hook.remove()
         if call.verdict is not None:
             return call.verdict
         if called:
             return PRE_NORM["whole_block"].verdict(call.label)
+        if not torch.equal(given, x):
+            return PRE_NORM["in_place"].verdict(call.label)
         if isinstance(call.value, tuple):
             return PRE_NORM["pair"].verdict(call.label)
         problem = check_tensor(
             call.label, call.value, expected, axes="(B, L, d_model)",
-            mistakes=[(PRE_NORM[how.rstrip("2")],
+            mistakes=[(PRE_NORM[how.rstrip("12")],
                        partial(_wrong_forward, block, x, how))
                       for how in (
                     "post_norm", "normalised_stream", "no_residual",
@@ -324,9 +386,173 @@ def check_pre_norm(
                     "raw_key_value", "swapped_order", "swapped_order2",
                     "no_activation", "fixed_relu", "final_norm",
                     "final_norm2", "causal_mask", "attn_output_ffn",
-                    "output_norm")])
+                    "output_norm", "fixed_gelu", "fresh_norm",
+                    "fresh_norm1", "fresh_norm2")])
         if problem is not None:
             return problem
     return Verdict(
-        True, "x + attn(norm1(x)), then + linear2(act(linear1(norm2(x)))):"
-              " the residual stream itself is never normalised")
+        True, "h = x + attn(norm1(x)), then "
+              "h + linear2(act(linear1(norm2(h)))): the residual stream "
+              "itself is never normalised")
+
+
+LLAMA_BLOCK = catalogue(
+    "check_llama_block", 12,
+    post_norm=("this is post-norm (the norm after the residual sum); "
+               "Llama is pre-norm: h = x + attn(norm1(x)), then "
+               "h + swiglu(norm2(h))", _BLOCK),
+    normalised_stream=("this normalises the residual stream itself: "
+                       "Llama adds attn(norm1(x)) to the x that was not "
+                       "normalised", _BLOCK),
+    one_norm=("both sublayers use norm1: each has its own RMSNorm, "
+              "norm2 (its own gamma) before the FFN", _BLOCK),
+    stale_ffn_input=("the FFN reads norm2(x), the block's input "
+                     "(GPT-NeoX's parallel block): Llama's FFN reads the "
+                     "stream after "
+                     "attention's update, h = x + attn(norm1(x)), then "
+                     "h + swiglu(norm2(h))", _BLOCK),
+    parallel=("this is GPT-J's parallel block, x + attn(norm1(x)) + "
+              "swiglu(norm1(x)): Llama's is sequential, h = x + "
+              "attn(norm1(x)), then h + swiglu(norm2(h))", _BLOCK),
+    no_first_residual=("the first residual is missing: add the block's "
+                       "input x back to the attention output",
+                       "Residual connections"),
+    no_second_residual=("the second residual is missing: h + "
+                        "swiglu(norm2(h))", "Residual connections"),
+    swapped_order=("the sublayers run in the wrong order (the FFN "
+                   "first): attention comes first", _BLOCK),
+    layer_norm=("this subtracts the mean (LayerNorm): RMSNorm divides by "
+                "the root mean square only, gamma * x / sqrt(mean(x^2) "
+                "+ eps)", _LLAMA),
+    no_gain=("the norms' gain gamma is missing: use block.norm1 and "
+             "block.norm2 (or rms_norm(h, block.norm1.weight))", _LLAMA),
+    gate_swapped=("SiLU is on the gate: it goes on x W1, silu(w1(z)) * "
+                  "w3(z); w3 is the linear gate", _LLAMA),
+    no_gate=("the gate is missing: SwiGLU multiplies silu(w1(z)) by "
+             "w3(z) before w2", _LLAMA),
+    no_silu=("the SiLU is missing: w2(silu(w1(z)) * w3(z)), not "
+             "w2(w1(z) * w3(z))", _LLAMA),
+    gelu=("this uses GELU: SwiGLU's activation is SiLU, z * sigmoid(z) "
+          "(F.silu)", _LLAMA),
+    causal_mask=("this applies a causal mask: the exercise's forward has "
+                 "none, every token attends to every token", _BLOCK),
+    pair_sum=("block.attn(...) returns a pair (output, weights): take "
+              "[0] before adding it to x", _BLOCK),
+    in_place=("this changes the caller's x in place (x += ...): write "
+              "x = x + ...; in training the in-place add also breaks "
+              "autograd, which needs the input that was overwritten",
+              "Residual connections"),
+)
+
+
+class LlamaParts(nn.Module):
+    """The parts of one Llama block, for Exercise 12.2: ``norm1``,
+    ``norm2`` (``nn.RMSNorm``, eps 1e-6), ``attn`` (attention without
+    biases) and the SwiGLU's ``w1``, ``w3`` (the gate) and ``w2``."""
+
+    def __init__(self, d_model: int, num_heads: int, d_ff: int) -> None:
+        super().__init__()
+        self.norm1 = nn.RMSNorm(d_model, eps=1e-6)
+        self.attn = MultiHeadAttention(d_model, num_heads, bias=False)
+        self.norm2 = nn.RMSNorm(d_model, eps=1e-6)
+        self.w1 = nn.Linear(d_model, d_ff, bias=False)
+        self.w3 = nn.Linear(d_model, d_ff, bias=False)
+        self.w2 = nn.Linear(d_ff, d_model, bias=False)
+
+
+def _llama_forward(p: LlamaParts, x: torch.Tensor,
+                   how: str = "right") -> torch.Tensor:
+    """Llama's block forward, or a usual wrong one."""
+    def attn(h):
+        return p.attn(h, need_weights=False,
+                      is_causal=how == "causal_mask")[0]
+
+    def ffn(z):
+        a, g = p.w1(z), p.w3(z)
+        if how == "gate_swapped":
+            a, g = g, a
+        act = {"no_silu": lambda t: t, "gelu": F.gelu}.get(how, F.silu)
+        return p.w2(act(a) if how == "no_gate" else act(a) * g)
+
+    n1, n2 = p.norm1, p.norm2
+    if how == "layer_norm":
+        def n1(h):
+            return F.layer_norm(h, h.shape[-1:], p.norm1.weight, eps=1e-6)
+
+        def n2(h):
+            return F.layer_norm(h, h.shape[-1:], p.norm2.weight, eps=1e-6)
+    if how == "no_gain":
+        def n1(h):
+            return h * torch.rsqrt(h.square().mean(-1, keepdim=True) + 1e-6)
+        n2 = n1
+    if how == "post_norm":
+        h = n1(x + attn(x))
+        return n2(h + ffn(h))
+    if how == "normalised_stream":
+        h = n1(x)
+        h = h + attn(h)
+        h = n2(h)
+        return h + ffn(h)
+    if how == "swapped_order":
+        h = x + ffn(n1(x))
+        return h + attn(n2(h))
+    h = x + attn(n1(x))
+    if how == "no_first_residual":
+        h = attn(n1(x))
+    if how == "no_second_residual":
+        return ffn(n2(h))
+    if how == "one_norm":
+        return h + ffn(n1(h))
+    if how in ("stale_ffn_input", "parallel"):
+        return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
+    return h + ffn(n2(h))
+
+
+def _explain_llama(error: BaseException, _: object) -> object:
+    """The hint for ``x + block.attn(...)`` without ``[0]``."""
+    if isinstance(error, TypeError) and "tuple" in str(error):
+        return LLAMA_BLOCK["pair_sum"]
+    return None
+
+
+def check_llama_block(
+    fn: Callable[[LlamaParts, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Exercise 12.2: ``fn(block, x)`` is Llama's block forward from the
+    parts of a :class:`LlamaParts` (pre-norm with RMSNorms, attention
+    without biases and without a mask, the SwiGLU FFN), ``(B, L,
+    d_model)`` to ``(B, L, d_model)``."""
+    generator = torch.Generator().manual_seed(13)
+    for batch, length, d_model, heads, d_ff in ((2, 5, 8, 2, 24),
+                                                (1, 3, 6, 3, 16)):
+        with torch.random.fork_rng():  # leave the reader's state alone
+            torch.manual_seed(130 + length)
+            block = LlamaParts(d_model, heads, d_ff).eval()
+        with torch.no_grad():  # RMSNorm gains away from 1
+            for norm in (block.norm1, block.norm2):
+                norm.weight.uniform_(0.5, 1.5, generator=generator)
+        x = torch.randn(batch, length, d_model, generator=generator) * 3
+        given = x.clone()
+        with torch.no_grad():
+            expected = _llama_forward(block, x)
+            call = attempt(fn, block, given, explain=_explain_llama)
+        if call.verdict is not None:
+            return call.verdict
+        if not torch.equal(given, x):
+            return LLAMA_BLOCK["in_place"].verdict(call.label)
+        if isinstance(call.value, tuple):
+            return Verdict(False, f"{call.label}: return the block's "
+                                  "output tensor only")
+        with torch.no_grad():
+            problem = check_tensor(
+                call.label, call.value, expected, axes="(B, L, d_model)",
+                mistakes=[(LLAMA_BLOCK[how],
+                           partial(_llama_forward, block, x, how))
+                          for how in LLAMA_BLOCK
+                          if how not in ("pair_sum", "in_place")])
+        if problem is not None:
+            return problem
+    return Verdict(
+        True, "h = x + attn(norm1(x)), then h + w2(silu(w1(z)) * w3(z)) "
+              "with z = norm2(h): RMSNorms before each sublayer, no "
+              "biases, the stream never normalised")
