@@ -21,7 +21,7 @@ from mha_lib.exercises.verdict import (
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["check_block_params", "check_pre_norm", "check_llama_block",
-           "check_llama_block_params"]
+           "check_llama_block_params", "LlamaParts"]
 
 _BLOCK = "The block: pre-norm and post-norm"
 _LLAMA = "Llama's block: RMSNorm and SwiGLU"
