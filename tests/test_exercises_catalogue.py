@@ -4108,3 +4108,21 @@ WRONG["check_llama_block"] = {
 def test_chapter12_round30_success_message_reads_the_updated_stream():
     verdict = _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
     assert "norm2(h)" in verdict.message and "norm2(x)" not in verdict.message
+
+# --- chapter 1: more planted mistakes (round 32) ---
+# Exercise 1.3: a pair written the wrong way round, ("g", "u") for the ug
+# of bug, is named as such, not as a pair an earlier merge removed.
+WRONG["check_bpe_merges"].update({
+    "reversed_pair": lambda: ([("g", "u"), ("ug", "</w>"), ("b", "ug</w>")],),
+    "reversed_pair/third": lambda: (
+        [("u", "g"), ("ug", "</w>"), ("ug</w>", "b")],),
+})
+
+
+def test_reversed_first_pair_is_not_called_stale():
+    verdict = _check("check_bpe_merges",
+                     ([("g", "u"), ("ug", "</w>"), ("b", "ug</w>")],))
+    message = " ".join(verdict.message.split())
+    assert not verdict.ok
+    assert "merges[0] = ('g', 'u')" in message
+    assert "wrong way round" in message and "no longer" not in message

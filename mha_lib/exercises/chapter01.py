@@ -407,6 +407,10 @@ BPE = catalogue(
     stale_pair=("that pair is no longer in the words: each merge rewrites "
                 "the words before the next count; count the pairs of "
                 "the words as the merges before left them", SECTION),
+    reversed_pair=("a pair is ordered, its left symbol first, as the two "
+                   "stand in a word: this pair is the wrong way round, "
+                   "and no word holds its two symbols in that order",
+                   SECTION),
     wrong_order=("the right merges in the wrong order: the most frequent "
                  "pair is merged first", SECTION),
     misspelt_marker=("the end-of-word marker is spelt \"</w>\", four "
@@ -470,6 +474,10 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
     first = next((i for i, (a, b) in enumerate(pairs) if a != b),
                  min(len(merges), len(want)))
     counts = _pair_counts(BPE_CORPUS, want[:first])
+    if (first < len(merges) and merges[first] not in counts
+            and merges[first][::-1] in counts):
+        return BPE["reversed_pair"].verdict(f"merges[{first}] = "
+                                            f"{merges[first]}")
     if first < len(merges) and merges[first] not in counts:
         return BPE["stale_pair"].verdict(
             f"merges[{first}] = {merges[first]}"
