@@ -4139,3 +4139,8 @@ def test_chapter18_round32_scale_over_d_is_still_named_d():
         lambda m, x: _scores18(m, x, "scale_d"),))
     assert CATALOGUE["check_absorbed_scores"]["scale_d"].message \
         in verdict.message
+# Exercise 18.1: the heads summed by one einsum, then broadcast back to
+# (B, H, L, C), is named as the heads merged.
+WRONG["check_absorbed_query"]["heads_merged/broadcast"] = lambda: (
+    lambda q, w, h: torch.einsum("bhld,hdc->blc", q, w.unflatten(
+        0, (h, -1)))[:, None].expand(-1, h, -1, -1),)

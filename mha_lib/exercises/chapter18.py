@@ -99,6 +99,9 @@ def check_absorbed_query(
                     w_uk.reshape(heads, latent, head_dim).mT)),
                 (ABSORB["heads_merged"], partial(
                     torch.matmul, q.transpose(1, 2).flatten(2), w_uk)),
+                (ABSORB["heads_merged"], (  # the sum broadcast to heads
+                    q.transpose(1, 2).flatten(2) @ w_uk)[:, None].expand(
+                        -1, heads, -1, -1)),
                 (ABSORB["scaled"], partial(torch.div, expected,
                                            head_dim ** 0.5)),
                 (ABSORB["head_zero"], partial(torch.matmul, q, blocks[0])),
