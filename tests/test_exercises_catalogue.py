@@ -4126,3 +4126,39 @@ def test_reversed_first_pair_is_not_called_stale():
     assert not verdict.ok
     assert "merges[0] = ('g', 'u')" in message
     assert "wrong way round" in message and "no longer" not in message
+
+# --- chapter 18: more planted mistakes (round 32) ---
+# Exercise 18.4: the scale over sqrt(C), the latent's width (the first
+# module has D = C, where it is also sqrt(D): a later one names it); the
+# rotary key rotated but not the rotary queries.
+
+
+def _scores18_r32(m, x, mistake):
+    heads, d, r = m.num_heads, m.head_dim, m.rope_dim
+    pos = torch.arange(x.size(1))
+    q = mha_lib.split_heads(m.q_proj(x), heads)
+    q_r = mha_lib.split_heads(m.q_rope_proj(x), heads)
+    if mistake != "query_not_rotated":
+        q_r = apply_rotary(q_r, pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)
+    latent_q = q @ m.k_up.weight.unflatten(0, (heads, -1))
+    s = latent_q @ m.kv_down(x)[:, None].mT + q_r @ k_r[:, None].mT
+    width = m.kv_latent_dim if mistake == "scale_c" else d + r
+    return s / width ** 0.5
+
+
+WRONG["check_absorbed_scores"].update({
+    name: (lambda name=name: (lambda m, x: _scores18_r32(m, x, name),))
+    for name in ("scale_c", "query_not_rotated")})
+
+
+def test_chapter18_round32_scale_over_d_is_still_named_d():
+    verdict = _check("check_absorbed_scores", (
+        lambda m, x: _scores18(m, x, "scale_d"),))
+    assert CATALOGUE["check_absorbed_scores"]["scale_d"].message \
+        in verdict.message
+# Exercise 18.1: the heads summed by one einsum, then broadcast back to
+# (B, H, L, C), is named as the heads merged.
+WRONG["check_absorbed_query"]["heads_merged/broadcast"] = lambda: (
+    lambda q, w, h: torch.einsum("bhld,hdc->blc", q, w.unflatten(
+        0, (h, -1)))[:, None].expand(-1, h, -1, -1),)
