@@ -4162,3 +4162,51 @@ def test_chapter18_round32_scale_over_d_is_still_named_d():
 WRONG["check_absorbed_query"]["heads_merged/broadcast"] = lambda: (
     lambda q, w, h: torch.einsum("bhld,hdc->blc", q, w.unflatten(
         0, (h, -1)))[:, None].expand(-1, h, -1, -1),)
+
+# --- chapter 12: more planted mistakes (round 32) ---
+# The slip the chapter warns about in bold, the residual path normalised,
+# norm(x) + f(norm(x)), in one sublayer only; a block norm once more on the
+# block's output (GPT-2's ln_f belongs after the stack); Llama's SiLU
+# written as the sigmoid alone.
+
+
+def _pre_norm_slips(b, x, how):
+    def ffn(h):
+        return b.linear2(b.activation(b.linear1(h)))
+
+    a = b.attn(b.norm1(x), need_weights=False)[0]
+    h = (b.norm1(x) if how == "first" else x) + a
+    if how == "second":
+        return b.norm2(h) + ffn(b.norm2(h))
+    out = h + ffn(b.norm2(h))
+    return b.norm1(out) if how == "norm1" else out
+
+
+def _llama_slips(p, x, how):
+    def swiglu(z):
+        act = torch.sigmoid if how == "alone" else F.silu
+        return p.w2(act(p.w1(z)) * p.w3(z))
+
+    a = p.attn(p.norm1(x), need_weights=False)[0]
+    h = (p.norm1(x) if how == "first" else x) + a
+    if how == "second":
+        return p.norm2(h) + swiglu(p.norm2(h))
+    out = h + swiglu(p.norm2(h))
+    if how == "fresh":
+        return F.rms_norm(out, out.shape[-1:])
+    return {"norm1": p.norm1, "norm2": p.norm2}.get(how, nn.Identity())(out)
+
+
+WRONG["check_pre_norm"].update({
+    f"{mistake}/{how}": (lambda how=how: (
+        lambda b, x: _pre_norm_slips(b, x, how),))
+    for mistake, how in (("normalised_stream", "first"),
+                         ("normalised_stream", "second"),
+                         ("final_norm", "norm1"))})
+WRONG["check_llama_block"].update({
+    f"{mistake}/{how}": (lambda how=how: (
+        lambda p, x: _llama_slips(p, x, how),))
+    for mistake, how in (("normalised_stream", "first"),
+                         ("normalised_stream", "second"),
+                         ("final_norm", "fresh"), ("final_norm", "norm1"),
+                         ("final_norm", "norm2"), ("sigmoid", "alone"))})

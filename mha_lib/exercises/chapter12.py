@@ -195,10 +195,10 @@ PRE_NORM = catalogue(
     post_norm=("this is post-norm (LayerNorm after the residual sum); "
                "pre-norm normalises the sublayer's input: x + f(norm(x))",
                _BLOCK),
-    normalised_stream=("this normalises the residual stream itself "
-                       "(x = norm1(x), then x + attn(x)): pre-norm adds "
-                       "f(norm(x)) to the x that was not normalised",
-                       _BLOCK),
+    normalised_stream=("this normalises the residual stream itself, "
+                       "norm(x) + f(norm(x)): pre-norm adds f(norm(x)) "
+                       "to the x that was not normalised, x + "
+                       "attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
     no_first_residual=("the first residual is missing: add the block's "
                        "input x back to the attention output",
                        "Residual connections"),
@@ -304,11 +304,11 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         if how == "post_norm":
             h = n1(x + attn(x))
             return n2(h + ffn(h))
-        if how == "normalised_stream":
-            h = n1(x)
-            h = h + attn(h)
-            h = n2(h)
-            return h + ffn(h)
+        if how.startswith("normalised_stream"):  # 1, 2: one sublayer
+            h = n1(x) if how != "normalised_stream2" else x
+            h = h + attn(n1(x))
+            z = n2(h)
+            return (z if how != "normalised_stream1" else h) + ffn(z)
         if how == "no_residual":
             return ffn(n2(attn(n1(x))))
         if how == "no_first_residual":
@@ -334,8 +334,8 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         out = h + ffn(n2(h), act=how != "no_activation")
         if how == "final_norm":  # a fresh LayerNorm, or norm2 once more
             return F.layer_norm(out, out.shape[-1:])
-        if how == "final_norm2":
-            return n2(out)
+        if how in ("final_norm1", "final_norm2"):  # a block norm again
+            return (n1 if how == "final_norm1" else n2)(out)
         return out
 
 
@@ -385,7 +385,8 @@ def check_pre_norm(
                     "no_second_residual", "one_norm", "swapped_norms",
                     "raw_key_value", "swapped_order", "swapped_order2",
                     "no_activation", "fixed_relu", "final_norm",
-                    "final_norm2", "causal_mask", "attn_output_ffn",
+                    "final_norm1", "final_norm2", "normalised_stream1",
+                    "normalised_stream2", "causal_mask", "attn_output_ffn",
                     "output_norm", "fixed_gelu", "fresh_norm",
                     "fresh_norm1", "fresh_norm2")])
         if problem is not None:
@@ -401,9 +402,14 @@ LLAMA_BLOCK = catalogue(
     post_norm=("this is post-norm (the norm after the residual sum); "
                "Llama is pre-norm: h = x + attn(norm1(x)), then "
                "h + swiglu(norm2(h))", _BLOCK),
-    normalised_stream=("this normalises the residual stream itself: "
-                       "Llama adds attn(norm1(x)) to the x that was not "
-                       "normalised", _BLOCK),
+    normalised_stream=("this normalises the residual stream itself, "
+                       "norm(x) + f(norm(x)): Llama adds attn(norm1(x)) "
+                       "to the x that was not normalised, then "
+                       "h + swiglu(norm2(h)) to the h that was not",
+                       _BLOCK),
+    final_norm=("the block's output is normalised once more: the final "
+                "RMSNorm follows the whole stack, not each block",
+                _BLOCK),
     one_norm=("both sublayers use norm1: each has its own RMSNorm, "
               "norm2 (its own gamma) before the FFN", _BLOCK),
     stale_ffn_input=("the FFN reads norm2(x), the block's input "
@@ -434,6 +440,8 @@ LLAMA_BLOCK = catalogue(
              "w2(w1(z) * w3(z))", _LLAMA),
     gelu=("this uses GELU: SwiGLU's activation is SiLU, z * sigmoid(z) "
           "(F.silu)", _LLAMA),
+    sigmoid=("this uses the sigmoid alone: SiLU is z * sigmoid(z) "
+             "(F.silu), silu(w1(z)) * w3(z)", _LLAMA),
     causal_mask=("this applies a causal mask: the exercise's forward has "
                  "none, every token attends to every token", _BLOCK),
     pair_sum=("block.attn(...) returns a pair (output, weights): take "
@@ -471,7 +479,8 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor,
         a, g = p.w1(z), p.w3(z)
         if how == "gate_swapped":
             a, g = g, a
-        act = {"no_silu": lambda t: t, "gelu": F.gelu}.get(how, F.silu)
+        act = {"no_silu": lambda t: t, "gelu": F.gelu,
+               "sigmoid": torch.sigmoid}.get(how, F.silu)
         return p.w2(act(a) if how == "no_gate" else act(a) * g)
 
     n1, n2 = p.norm1, p.norm2
@@ -488,11 +497,11 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor,
     if how == "post_norm":
         h = n1(x + attn(x))
         return n2(h + ffn(h))
-    if how == "normalised_stream":
-        h = n1(x)
-        h = h + attn(h)
-        h = n2(h)
-        return h + ffn(h)
+    if how.startswith("normalised_stream"):  # 1, 2: one sublayer only
+        h = n1(x) if how != "normalised_stream2" else x
+        h = h + attn(n1(x))
+        z = n2(h)
+        return (z if how != "normalised_stream1" else h) + ffn(z)
     if how == "swapped_order":
         h = x + ffn(n1(x))
         return h + attn(n2(h))
@@ -505,7 +514,12 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor,
         return h + ffn(n1(h))
     if how in ("stale_ffn_input", "parallel"):
         return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
-    return h + ffn(n2(h))
+    out = h + ffn(n2(h))
+    if how.startswith("final_norm"):  # a fresh RMSNorm, norm1 or norm2
+        norm = {"final_norm1": n1, "final_norm2": n2}.get(
+            how, lambda t: F.rms_norm(t, t.shape[-1:], eps=1e-6))
+        return norm(out)
+    return out
 
 
 def _explain_llama(error: BaseException, _: object) -> object:
@@ -546,9 +560,11 @@ def check_llama_block(
         with torch.no_grad():
             problem = check_tensor(
                 call.label, call.value, expected, axes="(B, L, d_model)",
-                mistakes=[(LLAMA_BLOCK[how],
+                mistakes=[(LLAMA_BLOCK[how.rstrip("12")],
                            partial(_llama_forward, block, x, how))
-                          for how in LLAMA_BLOCK
+                          for how in (*LLAMA_BLOCK, "normalised_stream1",
+                                      "normalised_stream2", "final_norm1",
+                                      "final_norm2")
                           if how not in ("pair_sum", "in_place")])
         if problem is not None:
             return problem
