@@ -181,7 +181,10 @@ def test_chapter_7_checkers():
     assert not check_padding_mask(lambda n, m: from_lengths(n + 1, m))  # one too many
     library = check_padding_mask(padding_mask)  # "without padding_mask"
     assert not library and "without it" in library.message
-    decoder = lambda n: padding_mask(n) & causal_mask(int(n.max()))  # noqa: E731
+    library = lambda n: padding_mask(n) & causal_mask(int(n.max()))  # noqa: E731
+    assert not check_decoder_mask(library)  # "without padding_mask or causal_mask"
+    decoder = lambda n: from_lengths(n, int(n.max())) & torch.ones(  # noqa: E731
+        int(n.max()), int(n.max()), dtype=torch.bool).tril()
     assert check_decoder_mask(decoder)
     assert not check_decoder_mask(lambda n: padding_mask(n).expand(-1, 1, int(n.max()), -1))
     assert check_safe_softmax(masked_softmax)

@@ -4210,3 +4210,70 @@ WRONG["check_llama_block"].update({
                          ("normalised_stream", "second"),
                          ("final_norm", "fresh"), ("final_norm", "norm1"),
                          ("final_norm", "norm2"), ("sigmoid", "alone"))})
+
+# --- chapter 7: more planted mistakes (round 32) ---
+# Exercises 7.2 and 7.4 refuse the library's masks, as 7.1 does (a right
+# mask built with them is named, a wrong one keeps its own hint); 7.2
+# names LLMs-from-scratch's True = blocked triangle, triu(diagonal=1),
+# used as "may attend"; 7.3 tells a hand-written exp times the mask,
+# whose hidden score overflows (inf * 0 = NaN), from the underflow of
+# masking after the softmax; 7.4 names one prompt key too few.
+
+
+def _decoder_by_comparison(n):
+    length = int(n.max())
+    pos = torch.arange(length)
+    return (pos < n[:, None])[:, None, None, :] & (pos <= pos[:, None])
+
+
+def _exp_times_mask(scores, mask, over="visible"):
+    """A hand-written softmax: exp(s - max) times the mask, normalised;
+    the max over the visible keys (overflow) or over all (underflow)."""
+    s = scores.float()
+    if over == "visible":
+        top = s.masked_fill(~mask, float("-inf")).amax(-1, keepdim=True)
+    else:
+        top = s.amax(-1, keepdim=True)
+    e = torch.exp(s - top) * mask
+    return (e / e.sum(-1, keepdim=True)).to(scores.dtype)
+
+
+RIGHT["check_decoder_mask"][0] = lambda: (_decoder_by_comparison,)
+WRONG["check_decoder_mask"].update({
+    "library": lambda: (
+        lambda n: padding_mask(n) & causal_mask(int(n.max())),),
+    "blocked_triangle": lambda: (
+        lambda n: padding_mask(n) & torch.ones(
+            int(n.max()), int(n.max()), dtype=torch.bool).triu(1),),
+})
+WRONG["check_prefix_lm_mask"].update({
+    "library": lambda: (lambda p, n: padding_mask(n) & (causal_mask(
+        int(n.max())) | padding_mask(p, int(n.max()))),),
+    "one_too_few": lambda: (lambda p, n: _prefix_lm("right")(
+        (p - 1).clamp(min=0), n),),
+})
+WRONG["check_safe_softmax"].update({
+    "exp_overflow": lambda: (_exp_times_mask,),
+    "after_softmax/exp_underflow": lambda: (
+        lambda s, m: _exp_times_mask(s, m, over="all"),),
+})
+
+
+def test_chapter07_round32_library_masks_refused_like_7_1():
+    for checker in ("check_decoder_mask", "check_prefix_lm_mask"):
+        verdict = _check(checker, WRONG[checker]["library"]())
+        assert not verdict
+        assert "without" in verdict.message, verdict.message
+    # a wrong mask built with the library keeps its own hint
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_decoder_mask", "either")
+
+
+def test_chapter07_round32_overflow_is_not_called_underflow():
+    verdict = _check("check_safe_softmax",
+                     WRONG["check_safe_softmax"]["exp_overflow"]())
+    assert "overflows" in verdict.message, verdict.message
+    assert "underflow" not in verdict.message, verdict.message
+    verdict = _check("check_safe_softmax", WRONG["check_safe_softmax"][
+        "after_softmax/exp_underflow"]())
+    assert "underflow" in verdict.message, verdict.message

@@ -111,8 +111,23 @@ def check_padding_mask(
         "the same masks as mha_lib.padding_mask, shape (B, 1, 1, Lk)")
 
 
+def _calls_library_masks(fn: Callable) -> bool:
+    """Whether ``fn``'s source calls the library's padding_mask or
+    causal_mask, which Exercises 7.2 and 7.4 build without."""
+    return bool({"padding_mask", "causal_mask"} & source_names(fn))
+
+
 DECODER = catalogue(
     "check_decoder_mask", 7,
+    library=("that calls padding_mask or causal_mask; the exercise "
+             "builds the mask without them, from comparisons of "
+             "positions", _CAUSAL),
+    blocked_triangle=("the causal part is True above the diagonal, on "
+                      "the keys a query may not see: that is "
+                      "LLMs-from-scratch's torch.triu(..., diagonal=1), "
+                      "True = blocked; in this book True = may attend, "
+                      "so take its complement, torch.tril (j <= i)",
+                      _CAUSAL),
     padding_only=("this is the padding mask alone: the queries still see "
                   "their future; & it with the causal mask", _CAUSAL),
     causal_only=("this is the causal mask alone: the pads are still "
@@ -160,6 +175,7 @@ def check_decoder_mask(
                 (DECODER["either"], pad | causal),
                 (DECODER["inverted"], ~want),
                 (DECODER["future"], pad & causal.T),
+                (DECODER["blocked_triangle"], pad & ~causal),
                 (DECODER["no_diagonal"], pad & causal.tril(-1)),
                 (DECODER["pad_queries"], pad.transpose(-2, -1) & causal),
                 (DECODER["no_head_axis"], want[:, 0]),
@@ -167,6 +183,8 @@ def check_decoder_mask(
             ])
         if problem is not None:
             return problem
+    if _calls_library_masks(fn):
+        return DECODER["library"].verdict()
     return Verdict(
         True,
         "padding_mask(lengths) & causal_mask(L), shape (B, 1, L, L)")
@@ -206,6 +224,12 @@ SAFE = catalogue(
                    "the visible weights underflow to 0 before the "
                    "renormalisation; fill the hidden scores with -inf "
                    "before the softmax", _BEFORE_AFTER),
+    exp_overflow=("the row whose hidden key outscores the visible ones "
+                  "by 120 comes back NaN: exp of that hidden score, less "
+                  "the visible maximum, overflows to inf, and inf times "
+                  "the mask's 0 is NaN; a mask multiplied in after exp "
+                  "cannot hide it: fill the hidden scores with -inf "
+                  "before exp (or the softmax)", _BEFORE_AFTER),
     no_renormalise=("the hidden weights are zeroed after the softmax, but "
                     "the rows are not renormalised: the visible weights "
                     "no longer sum to 1; fill the hidden scores with -inf "
@@ -245,6 +269,24 @@ def _over_queries_filled(scores: torch.Tensor, mask: torch.Tensor,
         s = s.masked_fill(~mask, fill)
     weights = s.softmax(dim=-2).masked_fill(empty, 0.0)
     return weights.to(scores.dtype)
+
+
+def _overflows(fn: Callable, dtype: torch.dtype) -> bool:
+    """Whether ``fn`` gives a non-finite weight on a row whose hidden key
+    outscores the visible maximum by a gap at which ``exp`` of that gap
+    overflows ``dtype`` but the softmax's visible weights do not yet
+    underflow (float32: 94, float16: 11.5): the overflow, inf * 0, of a
+    hand-written exp times the mask, not the underflow of masking after
+    the softmax."""
+    gap = 95.0 if dtype == torch.float32 else 12.5
+    s = torch.tensor([[[0.0, 1.0, gap, 0.5, -1.0]]], dtype=dtype)
+    mask = torch.tensor([[[True, True, False, True, True]]])
+    try:
+        given = fn(s, mask)
+    except Exception:  # the reader's error: the main check reports it
+        return False
+    return isinstance(given, torch.Tensor) \
+        and not bool(given.float().isfinite().all())
 
 
 def _explain_half(error: BaseException, record) -> object:
@@ -297,7 +339,9 @@ def check_safe_softmax(
                     return SAFE["float_mask"].verdict(call.label)
             gap_row = given[1, 3].float()
             if gap_row.isnan().any() or gap_row.abs().sum() < 1e-3:
-                return SAFE["after_softmax"].verdict(call.label)
+                name = ("exp_overflow" if _overflows(fn, dtype)
+                        else "after_softmax")
+                return SAFE[name].verdict(call.label)
             if given[0, 1].isnan().any():
                 return SAFE["nan"].verdict(call.label)
             if given.dtype != dtype:
@@ -339,6 +383,9 @@ def check_safe_softmax(
 
 PREFIX = catalogue(
     "check_prefix_lm_mask", 7,
+    library=("that calls padding_mask or causal_mask; the exercise "
+             "builds the mask without the library's masks, from "
+             "comparisons of positions", _CAUSAL),
     causal_only=("this is the decoder mask of Exercise 7.2: the prefix "
                  "is still read causally; a prefix key is visible to "
                  "every query, whatever its position", _CAUSAL),
@@ -354,6 +401,9 @@ PREFIX = catalogue(
                 "the padding", _CAUSAL),
     one_too_many=("one key too many is visible: the prefix is keys "
                   "0, ..., p - 1, so j < p, not j <= p", _PADDING),
+    one_too_few=("one prompt key too few is visible: the last prompt "
+                 "token is read causally; the prompt is keys 0, ..., "
+                 "p - 1, so j < p, not j < p - 1", _PADDING),
     no_padding=("the pads are visible: & the whole mask with the "
                 "padding mask (keys j < length)", _PADDING),
     pad_queries=("the pad queries (rows) are hidden, so their rows see "
@@ -383,6 +433,7 @@ def check_prefix_lm_mask(
         in_prefix = (pos < prefix[:, None])[:, None, None, :]
         want = real & (past | in_prefix)  # (B, 1, L, L)
         wide = (pos <= prefix[:, None])[:, None, None, :]
+        short = (pos < prefix[:, None] - 1)[:, None, None, :]
         q_prefix = (pos < prefix[:, None])[:, None, :, None]
         call = attempt(fn, prefix.clone(), lengths.clone())
         if call.verdict is not None:
@@ -395,6 +446,7 @@ def check_prefix_lm_mask(
                 (PREFIX["prefix_on_queries"], real & (past | q_prefix)),
                 (PREFIX["and_for_or"], real & past & in_prefix),
                 (PREFIX["one_too_many"], real & (past | wide)),
+                (PREFIX["one_too_few"], real & (past | short)),
                 (PREFIX["no_padding"], (past | in_prefix).expand(full)),
                 (PREFIX["pad_queries"],
                  real & real.mT & (past | in_prefix)),
@@ -405,5 +457,7 @@ def check_prefix_lm_mask(
             ])
         if problem is not None:
             return problem
+    if _calls_library_masks(fn):
+        return PREFIX["library"].verdict()
     return Verdict(
         True, "real keys in the past or the prefix, (B, 1, L, L)")
