@@ -4277,3 +4277,46 @@ def test_chapter07_round32_overflow_is_not_called_underflow():
     verdict = _check("check_safe_softmax", WRONG["check_safe_softmax"][
         "after_softmax/exp_underflow"]())
     assert "underflow" in verdict.message, verdict.message
+
+# --- chapter 17: more planted mistakes (round 32) ---
+# Exercise 17.5: what the ring of W slots holds after n tokens; the
+# slot one on, W - 1 or W + 1 positions, the next token, position order,
+# the first W never overwritten, another mark for an empty slot.
+
+def _ring_held(n, window, first=None, stop=None, slots=None, shift=0,
+               empty=None):
+    slots = window if slots is None else slots
+    first = n - window if first is None else first
+    held = [-window if empty is None else empty] * slots
+    for t in range(max(0, first), n if stop is None else stop):
+        held[(t + shift) % slots] = t
+    return held
+
+
+def _ring_held_tensor(n, window):  # the latest t < n with t % W == slot
+    slot = torch.arange(window)
+    return torch.where(slot < n, n - 1 - (n - 1 - slot) % window, -window)
+
+
+RIGHT["check_ring_held"] = [lambda: (_ring_held,),
+                            lambda: (_ring_held_tensor,)]
+WRONG["check_ring_held"] = {
+    "next_slot": lambda: (lambda n, w: _ring_held(n, w, shift=1),),
+    "one_too_few": lambda: (lambda n, w: _ring_held(n, w, n - w + 1),),
+    "one_too_many": lambda: (
+        lambda n, w: _ring_held(n, w, n - w - 1, slots=w + 1),),
+    "next_token": lambda: (
+        lambda n, w: _ring_held(n, w, n - w + 1, n + 1),),
+    "in_order": lambda: (
+        lambda n, w: sorted(t for t in _ring_held(n, w) if t >= 0)
+        + [-w] * (w - min(n, w)),),
+    "never_overwritten": lambda: (
+        lambda n, w: _ring_held(n, w, 0, min(n, w)),),
+    "empty": lambda: (lambda n, w: _ring_held(n, w, empty=-1),),
+    "empty/zero": lambda: (lambda n, w: _ring_held(n, w, empty=0),),
+}
+
+
+def test_chapter17_round32_ring_held_wants_integers_per_slot():
+    verdict = _check("check_ring_held", (lambda n, w: None,))
+    assert not verdict and "integers, one per slot" in verdict.message

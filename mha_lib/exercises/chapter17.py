@@ -18,7 +18,8 @@ from mha_lib.exercises.verdict import (
 )
 
 __all__ = ["check_document_window_mod", "check_alibi_slopes",
-           "check_bidirectional_alibi", "check_softcap_score_mod"]
+           "check_bidirectional_alibi", "check_softcap_score_mod",
+           "check_ring_held"]
 
 _WINDOW = "Sliding-window attention"
 _FLEX = "FlexAttention: masks and biases as functions"
@@ -505,3 +506,96 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
             return problem
     return Verdict(True, "cap * torch.tanh(score / cap), right for the "
                          "caps 2 and 5 tried here; Gemma 2 uses 50")
+
+
+_RING = "The rolling cache"
+
+RING = catalogue(
+    "check_ring_held", 17,
+    next_slot=("each position sits one slot too far on: position t goes "
+               "to slot t % W, not (t + 1) % W", _RING),
+    one_too_few=("position n - W is missing: the ring writes every "
+                 "token, so after n tokens it holds the last W positions, "
+                 "n - W to n - 1 (the next query no longer reads n - W, "
+                 "but it stays until position n overwrites it)", _RING),
+    one_too_many=("that is a ring of W + 1 slots: this book's W counts "
+                  "the query itself, and the ring has W slots, one per "
+                  "key the window keeps", _WINDOW),
+    next_token=("the ring holds position n already, a token not yet "
+                "written: after n tokens (positions 0 to n - 1) it holds "
+                "n - W to n - 1", _RING),
+    in_order=("the right positions, in position order: slot t % W holds "
+              "position t, so once the ring has wrapped round the oldest "
+              "kept position is not in slot 0", _RING),
+    never_overwritten=("the ring keeps the first W positions: position t "
+                       "overwrites slot t % W, which held t - W", _RING),
+    empty=("an empty slot holds -W, as held does in "
+           "rolling_buffer_attention: a position at least W behind every "
+           "query, which the window mask hides", _RING),
+)
+
+
+def _ring(n: int, window: int, kept: range | None = None,
+          slots: int | None = None, shift: int = 0,
+          empty: int | None = None) -> torch.Tensor:
+    """The positions held slot by slot when the positions ``kept`` are
+    written in order into ``slots`` slots, position t into slot
+    (t + shift) % slots; -W (or ``empty``) where nothing was written."""
+    slots = window if slots is None else slots
+    kept = range(max(0, n - window), n) if kept is None else kept
+    held = [-window if empty is None else empty] * slots
+    for t in kept:
+        held[(t + shift) % slots] = t
+    return torch.tensor(held)
+
+
+def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
+    """Exercise 17.5: ``fn(n, window)`` gives, slot by slot, the positions
+    a ring of ``window`` slots holds after ``n`` tokens (positions 0 to
+    n - 1), position t written into slot t % W, -W in an empty slot: the
+    ``held`` of the page's ``rolling_buffer_attention``."""
+    for n, window in ((2, 4), (7, 3), (9, 4), (3, 3), (10, 1), (0, 2),
+                      (13, 5)):
+        made = attempt(fn, n, window, shown=f"{n}, {window}")
+        if made.verdict is not None:
+            return made.verdict
+        given = made.value
+        if isinstance(given, (list, tuple)):
+            try:
+                given = torch.tensor(given)
+            except (TypeError, ValueError, RuntimeError):
+                return Verdict(False, f"{made.label} should give a list "
+                                      f"of {window} integers, one per "
+                                      f"slot, got {given!r}")
+        if not isinstance(given, torch.Tensor):
+            return Verdict(False, f"{made.label} should give a list of "
+                                  f"{window} integers, one per slot, got "
+                                  f"{type(given).__name__}")
+        if given.is_floating_point():
+            given = given.round().long()
+        first = max(0, n - window)
+        problem = check_tensor(
+            made.label, given, _ring(n, window), axes="(W,)", mistakes=[
+                (RING["next_slot"], _ring(n, window, shift=1)),
+                (RING["one_too_few"], _ring(
+                    n, window, range(max(0, n - window + 1), n))),
+                (RING["one_too_many"], _ring(n, window, slots=window + 1,
+                                             kept=range(max(0, n - window
+                                                            - 1), n))),
+                (RING["one_too_many"], _ring(
+                    n, window, slots=window + 1, empty=-window - 1,
+                    kept=range(max(0, n - window - 1), n))),
+                (RING["next_token"], _ring(
+                    n, window, range(max(0, n - window + 1), n + 1))),
+                (RING["in_order"], torch.tensor(
+                    list(range(first, n))
+                    + [-window] * (window - (n - first)))),
+                (RING["never_overwritten"], _ring(
+                    n, window, range(min(n, window)))),
+                (RING["empty"], _ring(n, window, empty=-1)),
+                (RING["empty"], _ring(n, window, empty=0)),
+            ])
+        if problem is not None:
+            return problem
+    return Verdict(True, "slot t % W holds the latest position t < n; "
+                         "the ring keeps the last W, n - W to n - 1")
