@@ -973,7 +973,7 @@ def tiling(r: OnlineSoftmax) -> Svg:
     # Left: the score matrix in tiles.
     gx, gy, cell = 62, 100, 34
     tile = cell * r.block
-    svg.text(gx + n * tile / 2, 56, "key/value blocks", size=12.5, fill=MUTED)
+    svg.text(gx + n * tile / 2, 56, "key/value blocks", size=13.5, fill=MUTED)
     for j in range(n):
         svg.text(gx + (j + 0.5) * tile, 82, f"K_{{{j}}} V_{{{j}}}", size=14, weight="bold")
     for i in range(n):
@@ -1000,24 +1000,24 @@ def tiling(r: OnlineSoftmax) -> Svg:
         svg.text(cx, yr + 5, str(j + 1), size=14, weight="bold", fill=ACCENT_EDGE)
     ly = gy + n * tile + 24
     svg.rect(gx - 40, ly - 11, 14, 14, fill=ACCENT, stroke=ACCENT_EDGE, rx=2)
-    svg.text(gx - 20, ly + 1, f"Q_{{{row}}}'s tiles, in the order 1, 2, 3", size=12.5,
+    svg.text(gx - 20, ly + 1, f"Q_{{{row}}}'s tiles, in the order 1, 2, 3", size=13.5,
              anchor="start")
     svg.rect(gx - 40, ly + 11, 14, 14, fill="#ffffff", dash="3 2", rx=2)
     svg.text(gx - 20, ly + 23, f"skipped if causal ({tiles - causal} of {tiles});",
-             size=12.5, anchor="start")
-    svg.text(gx - 20, ly + 41, f"no mask here: Q_{{{row}}} meets all {n}", size=12.5,
+             size=13.5, anchor="start")
+    svg.text(gx - 20, ly + 41, f"no mask here: Q_{{{row}}} meets all {n}", size=13.5,
              anchor="start")
     svg.text(gx - 40, ly + 66, f"held at once: one {r.block} \u00d7 {r.block} tile "
-             f"({r.block * r.block} scores),", size=12.5, anchor="start")
+             f"({r.block * r.block} scores),", size=13.5, anchor="start")
     svg.text(gx - 40, ly + 84, f"never the {r.length} \u00d7 {r.length} matrix "
-             f"({r.length * r.length})", size=12.5, anchor="start")
+             f"({r.length * r.length})", size=13.5, anchor="start")
     # Right: the update, and one row's numbers.
     x0 = 330
     svg.text(x0, 56, f"Each query row of Q_{{{row}}} carries three running values:",
-             size=13, anchor="start", weight="bold")
+             size=13.5, anchor="start", weight="bold")
     svg.text(x0, 76, f"m (max), \u2113 (sum of e^{{S \u2212 m}}), o (sum of P V, "
-             f"{r.head_dim} numbers)", size=13, anchor="start", fill=MUTED)
-    svg.text(x0, 95, "start: m = \u2212\u221e, \u2113 = 0, o = 0", size=13, anchor="start",
+             f"{r.head_dim} numbers)", size=13.5, anchor="start", fill=MUTED)
+    svg.text(x0, 95, "start: m = \u2212\u221e, \u2113 = 0, o = 0", size=13.5, anchor="start",
              fill=MUTED)
     svg.rect(x0 - 6, 106, WIDTH - x0 - 6, 166, fill=ACCENT, stroke=ACCENT_EDGE)
     lines = [
@@ -1034,30 +1034,30 @@ def tiling(r: OnlineSoftmax) -> Svg:
     # The numbers of one row.
     ty = 306
     svg.text(x0, ty, f"Query {r.position} of sentence {r.sentence}, head {r.head}, "
-             "no mask:", size=13, anchor="start", weight="bold")
+             "no mask:", size=13.5, anchor="start", weight="bold")
     cols = [x0 + 160 + 80 * j for j in range(n)]
     for j, cx in enumerate(cols):
-        svg.text(cx, ty + 22, f"K_{{{j}}} V_{{{j}}}", size=13, fill=MUTED)
+        svg.text(cx, ty + 22, f"K_{{{j}}} V_{{{j}}}", size=13.5, fill=MUTED)
     table = [("rowmax S", r.block_max), ("m", r.running_max),
              ("rescale e^{m \u2212 m'}", (None,) + r.correction[1:]),
              ("\u2113", r.running_sum)]
     for t, (name, values) in enumerate(table):
         y = ty + 45 + 21 * t
-        svg.text(x0, y, name, size=13, anchor="start")
+        svg.text(x0, y, name, size=13.5, anchor="start")
         for cx, value in zip(cols, values, strict=True):
             label = "\u2013" if value is None else f"{value:.2f}"
             hot = name.startswith("rescale") and value is not None
-            svg.text(cx, y, label, size=13, family=MONO,
+            svg.text(cx, y, label, size=13.5, family=MONO,
                      fill=HOT_EDGE if hot else INK, weight="bold" if hot else "normal")
     out = ", ".join(f"{a:.2f}" for a in r.output)
-    svg.text(x0, ty + 142, f"o / \u2113 = ({out}), the library's output for", size=13,
+    svg.text(x0, ty + 142, f"o / \u2113 = ({out}), the library's output for", size=13.5,
              anchor="start")
-    svg.text(x0, ty + 160, "this row (equal within 1e-6)", size=13, anchor="start")
+    svg.text(x0, ty + 160, "this row (equal within 1e-6)", size=13.5, anchor="start")
     svg.line(12, 486, WIDTH - 12, 486, arrow=False, stroke=BOX_EDGE, width=1)
     svg.text(WIDTH / 2, 508, f"At L = 1,000, blocks of 128: {128 * 128:,} scores per tile, "
              f"not {1000 * 1000:,}; a causal mask computes {big_causal} of {big_tiles} "
              "tiles.",
-             size=13, fill=MUTED)
+             size=13.5, fill=MUTED)
     return svg
 
 
