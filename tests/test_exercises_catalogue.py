@@ -4108,3 +4108,27 @@ WRONG["check_llama_block"] = {
 def test_chapter12_round30_success_message_reads_the_updated_stream():
     verdict = _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
     assert "norm2(h)" in verdict.message and "norm2(x)" not in verdict.message
+
+# --- chapter 14: more planted mistakes (round 32) ---
+# Exercise 14.1: the 7B-like model's 32 query heads instead of
+# num_kv_heads; exercise 14.4: keys and values returned swapped.
+
+def _bytes_all_heads(num_layers, num_kv_heads, head_dim, length, batch,
+                     bytes_per_number):
+    return 2 * num_layers * 32 * head_dim * length * batch \
+        * bytes_per_number
+
+
+def _step_swapped(q, k, v, pk, pv):
+    out, keys, values = _step(q, k, v, pk, pv)
+    return out, values, keys
+
+
+WRONG["check_cache_bytes"]["all_heads"] = lambda: (_bytes_all_heads,)
+WRONG["check_cached_step"]["swapped"] = lambda: (_step_swapped,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_cache_bytes", "all_heads"), ("check_cached_step", "swapped")])
+def test_chapter14_round32_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

@@ -38,6 +38,9 @@ CACHE = catalogue(
     no_kv_heads=("that is one key/value head; the cache holds num_kv_heads "
                  "of them in every layer", _SIZE),
     gib=("that is in GiB (or GB); the function returns bytes", _SIZE),
+    all_heads=("that counts the 32 query heads H of the 7B-like model; "
+               "the cache holds num_kv_heads (H_kv) key/value heads",
+               _SIZE),
 )
 
 
@@ -74,6 +77,7 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["no_kv_heads"], full // num_kv_heads),
             (CACHE["gib"], full / 2**30),
             (CACHE["gib"], full / 10**9),
+            (CACHE["all_heads"], full // num_kv_heads * 32),
         ])
         if problem is not None:
             return problem
@@ -289,6 +293,8 @@ STEP = catalogue(
     cat_axis=("the concatenation is on the wrong axis: positions are "
               "dim 2 of (B, H, L, D), torch.cat([past, new], dim=2)",
               _CACHE_SECTION),
+    swapped=("the keys and values are swapped: return (out, keys, "
+             "values), the keys second", _CACHE_SECTION),
 )
 
 
@@ -368,11 +374,13 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                                mistakes=mistakes)
         if problem is not None:
             return problem
-        for name, given, want in (("keys", keys, both_k),
-                                  ("values", values, both_v)):
+        for name, given, want, other in (("keys", keys, both_k, both_v),
+                                         ("values", values, both_v,
+                                          both_k)):
             problem = check_tensor(
-                f"the {name} it returns", given, want,
+                f"the {name} tensor it returns", given, want,
                 axes="(B, H, P + Lq, D)", atol=0.0, rtol=0.0, mistakes=[
+                    (STEP["swapped"], other),
                     (STEP["new_first"], torch.cat(
                         [want[:, :, start:], want[:, :, :start]], 2)),
                     (STEP["returned_new"], want[:, :, start:])])
