@@ -4132,3 +4132,33 @@ WRONG["check_cached_step"]["swapped"] = lambda: (_step_swapped,)
     ("check_cache_bytes", "all_heads"), ("check_cached_step", "swapped")])
 def test_chapter14_round32_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# Exercise 14.1, second half: how many sequences, and how long a context,
+# fit beside the 7B-like model's weights on 80 GiB.
+
+_PARAMS_7B = 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) \
+    + 2 * 32000 * 4096 + 4096
+
+
+def _fits(total=80 * 2**30 - 2 * _PARAMS_7B, divide=lambda a, b: a // b):
+    def fits(num_kv_heads):
+        sequence = 2 * 32 * num_kv_heads * 128 * 4096 * 2
+        position = 2 * 32 * num_kv_heads * 128 * 32 * 2
+        return divide(total, sequence), divide(total, position)
+    return fits
+
+
+def _fits_int(num_kv_heads):
+    free = 80 * 2**30 - 2 * _PARAMS_7B
+    per_token = 4 * 32 * num_kv_heads * 128
+    return int(free / per_token) // 4096, int(free / per_token) // 32
+
+
+RIGHT["check_cache_capacity"] = [lambda: (_fits(),), lambda: (_fits_int,)]
+WRONG["check_cache_capacity"] = {
+    "no_weights": lambda: (_fits(total=80 * 2**30),),
+    "gb": lambda: (_fits(total=80 * 10**9 - 2 * _PARAMS_7B),),
+    "gb/no_weights": lambda: (_fits(total=80 * 10**9),),
+    "rounded_up": lambda: (_fits(divide=lambda a, b: -(-a // b)),),
+    "rounded_up/float": lambda: (_fits(divide=lambda a, b: a / b),),
+}

@@ -19,8 +19,8 @@ from mha_lib.exercises.verdict import (
 )
 from mha_lib.masks import causal_mask
 
-__all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask",
-           "check_cached_step"]
+__all__ = ["check_cache_bytes", "check_cache_capacity", "check_expand_kv",
+           "check_chunk_mask", "check_cached_step"]
 
 _SIZE = "How much memory the cache takes"
 _GQA = "Sharing keys and values: multi-query and grouped-query attention"
@@ -84,6 +84,55 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
     return Verdict(
         True, "2 (keys and values) x layers x H_kv x D x L x B x bytes "
               "per number")
+
+
+FITS = catalogue(
+    "check_cache_capacity", 14,
+    no_weights=("that fills the whole 80 GiB with cache: the weights, "
+                "2 x params bytes in float16, stay in memory beside it; "
+                "the cache gets what they leave", _SIZE),
+    gb=("that takes 80 GB, 80 x 10**9 bytes; the GPU has 80 GiB, "
+        "80 x 2**30 bytes", _SIZE),
+    rounded_up=("round down (//): part of a sequence, or of a position, "
+                "does not fit", _SIZE),
+)
+
+
+def _seven_b_like_params(d=4096, layers=32, d_ff=11008, vocab=32000):
+    return layers * (4 * d * d + 3 * d * d_ff + 2 * d) + 2 * vocab * d + d
+
+
+def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
+    """Exercise 14.1, second half: ``fn(num_kv_heads)`` returns, for the
+    7B-like model (32 layers, head_dim 128, float16) on an 80 GiB GPU
+    beside its float16 weights, ``(sequences, length)``: how many
+    sequences of 4,096 tokens fit, and how long a context fits for a
+    batch of 32."""
+    weights = 2 * _seven_b_like_params()
+    for num_kv_heads in (32, 8, 1, 4):
+        call = attempt(fn, num_kv_heads)
+        if call.verdict is not None:
+            return call.verdict
+        if not (isinstance(call.value, tuple) and len(call.value) == 2):
+            return Verdict(False, f"{call.label} should return a tuple "
+                                  "(sequences, length)")
+        per_token = 2 * 32 * num_kv_heads * 128 * 2  # bytes, one sequence
+        for i, unit in enumerate((4096 * per_token, 32 * per_token)):
+            free = 80 * 2**30 - weights
+            problem = check_number(
+                f"{call.label}[{i}]", call.value[i], free // unit,
+                mistakes=[
+                    (FITS["no_weights"], 80 * 2**30 // unit),
+                    (FITS["gb"], (80 * 10**9 - weights) // unit),
+                    (FITS["gb"], 80 * 10**9 // unit),
+                    (FITS["rounded_up"], -(-free // unit)),
+                    (FITS["rounded_up"], free / unit),
+                ])
+            if problem is not None:
+                return problem
+    return Verdict(
+        True, "(80 GiB - the weights) // the bytes of one sequence, or of "
+              "one position of the whole batch")
 
 
 EXPAND = catalogue(
