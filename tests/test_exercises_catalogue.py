@@ -4320,3 +4320,57 @@ WRONG["check_ring_held"] = {
 def test_chapter17_round32_ring_held_wants_integers_per_slot():
     verdict = _check("check_ring_held", (lambda n, w: None,))
     assert not verdict and "integers, one per slot" in verdict.message
+
+# --- chapter 14: more planted mistakes (round 32) ---
+# Exercise 14.1: the 7B-like model's 32 query heads instead of
+# num_kv_heads; exercise 14.4: keys and values returned swapped.
+
+def _bytes_all_heads(num_layers, num_kv_heads, head_dim, length, batch,
+                     bytes_per_number):
+    return 2 * num_layers * 32 * head_dim * length * batch \
+        * bytes_per_number
+
+
+def _step_swapped(q, k, v, pk, pv):
+    out, keys, values = _step(q, k, v, pk, pv)
+    return out, values, keys
+
+
+WRONG["check_cache_bytes"]["all_heads"] = lambda: (_bytes_all_heads,)
+WRONG["check_cached_step"]["swapped"] = lambda: (_step_swapped,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_cache_bytes", "all_heads"), ("check_cached_step", "swapped")])
+def test_chapter14_round32_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# Exercise 14.1, second half: how many sequences, and how long a context,
+# fit beside the 7B-like model's weights on 80 GiB.
+
+_PARAMS_7B = 32 * (4 * 4096**2 + 3 * 4096 * 11008 + 2 * 4096) \
+    + 2 * 32000 * 4096 + 4096
+
+
+def _fits(total=80 * 2**30 - 2 * _PARAMS_7B, divide=lambda a, b: a // b):
+    def fits(num_kv_heads):
+        sequence = 2 * 32 * num_kv_heads * 128 * 4096 * 2
+        position = 2 * 32 * num_kv_heads * 128 * 32 * 2
+        return divide(total, sequence), divide(total, position)
+    return fits
+
+
+def _fits_int(num_kv_heads):
+    free = 80 * 2**30 - 2 * _PARAMS_7B
+    per_token = 4 * 32 * num_kv_heads * 128
+    return int(free / per_token) // 4096, int(free / per_token) // 32
+
+
+RIGHT["check_cache_capacity"] = [lambda: (_fits(),), lambda: (_fits_int,)]
+WRONG["check_cache_capacity"] = {
+    "no_weights": lambda: (_fits(total=80 * 2**30),),
+    "gb": lambda: (_fits(total=80 * 10**9 - 2 * _PARAMS_7B),),
+    "gb/no_weights": lambda: (_fits(total=80 * 10**9),),
+    "rounded_up": lambda: (_fits(divide=lambda a, b: -(-a // b)),),
+    "rounded_up/float": lambda: (_fits(divide=lambda a, b: a / b),),
+}

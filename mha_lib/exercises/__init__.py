@@ -94,6 +94,7 @@ from mha_lib.exercises.chapter13 import (
 )
 from mha_lib.exercises.chapter14 import (
     check_cache_bytes,
+    check_cache_capacity,
     check_cached_step,
     check_chunk_mask,
     check_expand_kv,
@@ -175,6 +176,7 @@ __all__ = [
     "check_tiled_softmax",
     "check_masked_tiles",
     "check_cache_bytes",
+    "check_cache_capacity",
     "check_expand_kv",
     "check_chunk_mask",
     "check_cached_step",

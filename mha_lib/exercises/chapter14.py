@@ -19,8 +19,8 @@ from mha_lib.exercises.verdict import (
 )
 from mha_lib.masks import causal_mask
 
-__all__ = ["check_cache_bytes", "check_expand_kv", "check_chunk_mask",
-           "check_cached_step"]
+__all__ = ["check_cache_bytes", "check_cache_capacity", "check_expand_kv",
+           "check_chunk_mask", "check_cached_step"]
 
 _SIZE = "How much memory the cache takes"
 _GQA = "Sharing keys and values: multi-query and grouped-query attention"
@@ -38,6 +38,9 @@ CACHE = catalogue(
     no_kv_heads=("that is one key/value head; the cache holds num_kv_heads "
                  "of them in every layer", _SIZE),
     gib=("that is in GiB (or GB); the function returns bytes", _SIZE),
+    all_heads=("that counts the 32 query heads H of the 7B-like model; "
+               "the cache holds num_kv_heads (H_kv) key/value heads",
+               _SIZE),
 )
 
 
@@ -74,12 +77,62 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["no_kv_heads"], full // num_kv_heads),
             (CACHE["gib"], full / 2**30),
             (CACHE["gib"], full / 10**9),
+            (CACHE["all_heads"], full // num_kv_heads * 32),
         ])
         if problem is not None:
             return problem
     return Verdict(
         True, "2 (keys and values) x layers x H_kv x D x L x B x bytes "
               "per number")
+
+
+FITS = catalogue(
+    "check_cache_capacity", 14,
+    no_weights=("that fills the whole 80 GiB with cache: the weights, "
+                "2 x params bytes in float16, stay in memory beside it; "
+                "the cache gets what they leave", _SIZE),
+    gb=("that takes 80 GB, 80 x 10**9 bytes; the GPU has 80 GiB, "
+        "80 x 2**30 bytes", _SIZE),
+    rounded_up=("round down (//): part of a sequence, or of a position, "
+                "does not fit", _SIZE),
+)
+
+
+def _seven_b_like_params(d=4096, layers=32, d_ff=11008, vocab=32000):
+    return layers * (4 * d * d + 3 * d * d_ff + 2 * d) + 2 * vocab * d + d
+
+
+def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
+    """Exercise 14.1, second half: ``fn(num_kv_heads)`` returns, for the
+    7B-like model (32 layers, head_dim 128, float16) on an 80 GiB GPU
+    beside its float16 weights, ``(sequences, length)``: how many
+    sequences of 4,096 tokens fit, and how long a context fits for a
+    batch of 32."""
+    weights = 2 * _seven_b_like_params()
+    for num_kv_heads in (32, 8, 1, 4):
+        call = attempt(fn, num_kv_heads)
+        if call.verdict is not None:
+            return call.verdict
+        if not (isinstance(call.value, tuple) and len(call.value) == 2):
+            return Verdict(False, f"{call.label} should return a tuple "
+                                  "(sequences, length)")
+        per_token = 2 * 32 * num_kv_heads * 128 * 2  # bytes, one sequence
+        for i, unit in enumerate((4096 * per_token, 32 * per_token)):
+            free = 80 * 2**30 - weights
+            problem = check_number(
+                f"{call.label}[{i}]", call.value[i], free // unit,
+                mistakes=[
+                    (FITS["no_weights"], 80 * 2**30 // unit),
+                    (FITS["gb"], (80 * 10**9 - weights) // unit),
+                    (FITS["gb"], 80 * 10**9 // unit),
+                    (FITS["rounded_up"], -(-free // unit)),
+                    (FITS["rounded_up"], free / unit),
+                ])
+            if problem is not None:
+                return problem
+    return Verdict(
+        True, "(80 GiB - the weights) // the bytes of one sequence, or of "
+              "one position of the whole batch")
 
 
 EXPAND = catalogue(
@@ -289,6 +342,8 @@ STEP = catalogue(
     cat_axis=("the concatenation is on the wrong axis: positions are "
               "dim 2 of (B, H, L, D), torch.cat([past, new], dim=2)",
               _CACHE_SECTION),
+    swapped=("the keys and values are swapped: return (out, keys, "
+             "values), the keys second", _CACHE_SECTION),
 )
 
 
@@ -368,11 +423,13 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                                mistakes=mistakes)
         if problem is not None:
             return problem
-        for name, given, want in (("keys", keys, both_k),
-                                  ("values", values, both_v)):
+        for name, given, want, other in (("keys", keys, both_k, both_v),
+                                         ("values", values, both_v,
+                                          both_k)):
             problem = check_tensor(
-                f"the {name} it returns", given, want,
+                f"the {name} tensor it returns", given, want,
                 axes="(B, H, P + Lq, D)", atol=0.0, rtol=0.0, mistakes=[
+                    (STEP["swapped"], other),
                     (STEP["new_first"], torch.cat(
                         [want[:, :, start:], want[:, :, :start]], 2)),
                     (STEP["returned_new"], want[:, :, start:])])
