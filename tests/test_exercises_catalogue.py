@@ -4374,3 +4374,22 @@ WRONG["check_cache_capacity"] = {
     "rounded_up": lambda: (_fits(divide=lambda a, b: -(-a // b)),),
     "rounded_up/float": lambda: (_fits(divide=lambda a, b: a / b),),
 }
+
+
+# --- chapter 13: more planted mistakes (final review) ---
+# Exercise 13.3: the running max started at 0 instead of -inf (right for
+# every row with a positive score, NaN for rows of very negative scores).
+
+def tiled_softmax_zero_start(scores, block_size):
+    blocks = scores.split(block_size, dim=-1)
+    m = torch.zeros_like(scores[..., :1])
+    total = torch.zeros_like(m)
+    for block in blocks:
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        total = (torch.exp(m - m_new) * total
+                 + torch.exp(block - m_new).sum(dim=-1, keepdim=True))
+        m = m_new
+    return torch.cat([torch.exp(b - m) / total for b in blocks], dim=-1)
+
+
+WRONG["check_tiled_softmax"]["zero_init"] = lambda: (tiled_softmax_zero_start,)

@@ -287,6 +287,10 @@ TILED = catalogue(
                         "exp(m_new - m_old) grows the old sum instead (and "
                         "is inf times 0, NaN, while m_old is still -inf)",
                         _ONLINE),
+    zero_init=("the running max starts at 0, not -inf: when every score "
+               "is below about -87 (in float32), exp(score - 0) underflows "
+               "to 0, the sum is 0 and the weights 0 / 0 = NaN; start m at "
+               "-inf", _ONLINE),
     block_max=("the second pass subtracts each block's own max: the sum "
                "was rescaled to the final running max m, so every block "
                "needs exp(block - m) with that same m", _ONLINE),
@@ -356,6 +360,9 @@ def check_tiled_softmax(
          "fixed_reference"),
         ("the largest score in the last block",
          torch.linspace(-5.0, 20.0, 12).expand(3, 12), (5,), "no_max"),
+        ("scores near -200 (exp underflows from a max of 0)",
+         -200 + torch.randn(3, 8, generator=generator), (2, 4),
+         "zero_init"),
     ]
     for name, scores, block_sizes, overflow in cases:
         expected = masked_softmax(scores)
