@@ -4393,3 +4393,22 @@ def tiled_softmax_zero_start(scores, block_size):
 
 
 WRONG["check_tiled_softmax"]["zero_init"] = lambda: (tiled_softmax_zero_start,)
+
+
+# --- chapter 13: more planted mistakes (final round) ---
+# Exercise 13.1: the intensity truncated to a whole number, by int() of the
+# right value or by // in place of / (0 for the running example's layer).
+
+def _intensity_int(b, length, d, h, dtype):
+    return int(_intensity(b, length, d, h, dtype))
+
+
+def _intensity_floor_division(b, length, d, h, dtype):
+    size = torch.finfo(dtype).bits // 8
+    return (2 * b * h * length ** 2 * (d // h)
+            // ((2 * b * length * d + b * h * length ** 2) * size))
+
+
+WRONG["check_score_intensity"]["truncated"] = lambda: (_intensity_int,)
+WRONG["check_score_intensity"]["truncated/floor_division"] = lambda: (
+    _intensity_floor_division,)

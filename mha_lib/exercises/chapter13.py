@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import partial
 
@@ -65,6 +66,9 @@ INTENSITY = catalogue(
                      "4: the bytes depend on the dtype", _BYTES),
     inverted=("that is bytes per FLOP; the intensity is FLOPs per byte",
               _BYTES),
+    truncated=("that is rounded down to a whole number (`int()` or "
+               "`//`): the intensity is a fraction, below 1 FLOP per "
+               "byte for a short sequence; divide with `/`", _BYTES),
     asymptote=("that is the limit 2 * head_dim / bytes, reached only once "
                "L >> head_dim: it leaves out the bytes of Q and K read, "
                "2 * B * L * d_model numbers; count them too", _BYTES),
@@ -123,6 +127,7 @@ def check_score_intensity(
                 (INTENSITY["numbers_not_bytes"], right * size),
                 (INTENSITY["bits"], right / 8),
                 (INTENSITY["inverted"], 1 / right),
+                (INTENSITY["truncated"], float(math.floor(right))),
                 (INTENSITY["asymptote"],
                  right * (length + 2 * (d_model // num_heads)) / length),
             ]
