@@ -4412,3 +4412,35 @@ def _intensity_floor_division(b, length, d, h, dtype):
 WRONG["check_score_intensity"]["truncated"] = lambda: (_intensity_int,)
 WRONG["check_score_intensity"]["truncated/floor_division"] = lambda: (
     _intensity_floor_division,)
+
+# --- chapter 14: more planted mistakes (final round) ---
+# Exercise 14.1, second half: the keys alone (the factor 2 for keys and
+# values dropped); exercise 14.3: an all-True mask; exercise 14.4: the
+# softmax over the queries' axis.
+
+def _fits_keys_only(num_kv_heads):
+    free = 80 * 2**30 - 2 * _PARAMS_7B
+    per_token = 32 * num_kv_heads * 128 * 2
+    return free // (per_token * 4096), free // (per_token * 32)
+
+
+def _step_softmax_axis(q, k_new, v_new, past_k, past_v):
+    out, k, v = _step_by_hand(q, k_new, v_new, past_k, past_v)
+    scores = q @ k.mT / q.size(-1) ** 0.5
+    j = torch.arange(k.size(2))
+    i = torch.arange(q.size(2))[:, None]
+    scores = scores.masked_fill(j > past_k.size(2) + i, float("-inf"))
+    return scores.softmax(-2) @ v, k, v
+
+
+WRONG["check_cache_capacity"]["keys_only"] = lambda: (_fits_keys_only,)
+WRONG["check_chunk_mask"]["all_ones"] = lambda: (
+    lambda q, p: torch.ones(q, p + q, dtype=torch.bool),)
+WRONG["check_cached_step"]["softmax_axis"] = lambda: (_step_softmax_axis,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_cache_capacity", "keys_only"), ("check_chunk_mask", "all_ones"),
+    ("check_cached_step", "softmax_axis")])
+def test_chapter14_final_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

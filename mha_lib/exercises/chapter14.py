@@ -95,6 +95,8 @@ FITS = catalogue(
         "80 x 2**30 bytes", _SIZE),
     rounded_up=("round down (//): part of a sequence, or of a position, "
                 "does not fit", _SIZE),
+    keys_only=("that counts the keys alone: the cache holds the values "
+               "too, 2 x layers x H_kv x D x 2 bytes a token", _SIZE),
 )
 
 
@@ -127,6 +129,7 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                     (FITS["gb"], 80 * 10**9 // unit),
                     (FITS["rounded_up"], -(-free // unit)),
                     (FITS["rounded_up"], free / unit),
+                    (FITS["keys_only"], free // (unit // 2)),
                 ])
             if problem is not None:
                 return problem
@@ -260,6 +263,9 @@ CHUNK = catalogue(
     not_bool=("the mask should be a bool tensor (True = may attend), "
               "not ints or floats: a comparison such as j <= past + i "
               "gives one", _ALIGN),
+    all_ones=("no mask (all True): right for one new token, but in a "
+              "chunk of several each token would see the ones after it; "
+              "new token i sees keys 0 to past + i", _ALIGN),
 )
 
 
@@ -295,6 +301,7 @@ def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                 (CHUNK["no_diagonal"], ones.tril(past - 1)),
                 (CHUNK["inverted"], ~expected),
                 (CHUNK["one_ahead"], ones.tril(past + 1)),
+                (CHUNK["all_ones"], ones),
             ])
         if problem is not None:
             return problem
@@ -344,6 +351,9 @@ STEP = catalogue(
               _CACHE_SECTION),
     swapped=("the keys and values are swapped: return (out, keys, "
              "values), the keys second", _CACHE_SECTION),
+    softmax_axis=("the softmax runs over the queries (dim -2): each "
+                  "query's weights over the keys must sum to 1, "
+                  "softmax(dim=-1)", _CACHE_SECTION),
 )
 
 
@@ -359,12 +369,12 @@ def _explain_cat_axis(error, record):
     return None
 
 
-def _reference_step(q, k, v, mask, scale=None):
+def _reference_step(q, k, v, mask, scale=None, dim=-1):
     scale = q.size(-1) ** -0.5 if scale is None else scale
     weights = q @ k.mT * scale
     if mask is not None:
         weights = weights.masked_fill(~mask, float("-inf"))
-    return weights.softmax(-1) @ v
+    return weights.softmax(dim) @ v
 
 
 def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
@@ -417,6 +427,8 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                 qn, both_k, both_v, attn_mask=~causal_mask(size, end))),
             (STEP["inverted"], _reference_step(
                 qn, both_k, both_v, ~causal_mask(size, end))),
+            (STEP["softmax_axis"], _reference_step(
+                qn, both_k, both_v, causal_mask(size, end), dim=-2)),
         ]
         problem = check_tensor(f"{call.label}[0]", out,
                                full[:, :, start:end], axes="(B, H, Lq, D)",
