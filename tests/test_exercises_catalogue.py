@@ -4393,3 +4393,18 @@ def tiled_softmax_zero_start(scores, block_size):
 
 
 WRONG["check_tiled_softmax"]["zero_init"] = lambda: (tiled_softmax_zero_start,)
+
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.1: the comma kept as a token of its own (LLMs-from-scratch's
+# style) is named as such, not as a comma glued to its word. Exercise
+# 1.2: pad counts given as the lengths, and a transposed batch.
+WRONG["check_tokenizer"]["comma_token"] = lambda: (
+    lambda t: mha_lib.tokenize(t.replace(",", " ,")),)
+WRONG["check_padded_batch"].update({
+    "pad_counts": lambda: ([[12, 13, 3, 8], [1, 2, 10, 0]], [0, 1]),
+    "transposed": lambda: (torch.tensor([[12, 13, 3, 8],
+                                         [1, 2, 10, 0]]).T, [4, 3]),
+    "transposed/lists": lambda: ([[12, 1], [13, 2], [3, 10], [8, 0]],
+                                 [4, 3]),
+})
