@@ -4444,3 +4444,17 @@ WRONG["check_cached_step"]["softmax_axis"] = lambda: (_step_softmax_axis,)
     ("check_cached_step", "softmax_axis")])
 def test_chapter14_final_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.1: the comma kept as a token of its own (LLMs-from-scratch's
+# style) is named as such, not as a comma glued to its word. Exercise
+# 1.2: pad counts given as the lengths, and a transposed batch.
+WRONG["check_tokenizer"]["comma_token"] = lambda: (
+    lambda t: mha_lib.tokenize(t.replace(",", " ,")),)
+WRONG["check_padded_batch"].update({
+    "pad_counts": lambda: ([[12, 13, 3, 8], [1, 2, 10, 0]], [0, 1]),
+    "transposed": lambda: (torch.tensor([[12, 13, 3, 8],
+                                         [1, 2, 10, 0]]).T, [4, 3]),
+    "transposed/lists": lambda: ([[12, 1], [13, 2], [3, 10], [8, 0]],
+                                 [4, 3]),
+})

@@ -34,6 +34,9 @@ def strip_all_punctuation(text: str) -> list[str]:
 
 TOKENIZER = catalogue(
     "check_tokenizer", 1,
+    comma_token=("the comma is kept as a token of its own (','): this "
+                 "exercise removes commas, as tokenize removes ! . ?; "
+                 "delete them before splitting", "Tokenization"),
     comma_kept=("a comma is still glued to its word (\"hello,\"): remove "
                 "the commas before splitting", "Tokenization"),
     inner_comma=("a comma inside a word stays (\"1,000\"): stripping the "
@@ -104,6 +107,7 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
              inner and _splits_any_whitespace(fn)),
             (TOKENIZER["inner_period"],
              any("." in t.strip(".") for t in given)),
+            (TOKENIZER["comma_token"], "," in given),
             (TOKENIZER["comma_kept"],
              any(t.startswith(",") or t.endswith(",") for t in given)),
             (TOKENIZER["inner_comma"], any("," in t for t in given)),
@@ -220,6 +224,11 @@ PADDED = catalogue(
     padded_lengths=("lengths should be the true lengths, before padding, "
                     "not the padded length", "Padding sentences of "
                                              "different lengths"),
+    pad_counts=("lengths should count the real tokens of each text, "
+                "not its pads", "Padding sentences of different lengths"),
+    transposed=("the batch is transposed: one row per text, "
+                "(B, L) = (2, 4), not one column per text",
+                "Padding sentences of different lengths"),
     left_padding=("the pads are on the left; encode pads on the right, "
                   "after the last token", "Padding sentences of different "
                                           "lengths"),
@@ -279,7 +288,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
             and not ids[:, want_ids.size(1):].any():
         return PADDED["padded_too_far"].verdict("ids")
     problem = check_tensor("ids", ids, want_ids, axes="(B, L)",
-                           mistakes=[(PADDED["left_padding"], left),
+                           mistakes=[(PADDED["transposed"], want_ids.T),
+                                     (PADDED["left_padding"], left),
                                      (PADDED["swapped"], swapped)])
     if problem is None and isinstance(ids, torch.Tensor) \
             and ids.is_floating_point():
@@ -290,7 +300,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     problem = check_tensor(
         "lengths", lengths, want_lengths, axes="(B,)", mistakes=[
             (PADDED["padded_lengths"],
-             torch.full_like(want_lengths, want_ids.size(1)))])
+             torch.full_like(want_lengths, want_ids.size(1))),
+            (PADDED["pad_counts"], want_ids.size(1) - want_lengths)])
     if problem is not None:
         return problem
     return Verdict(
