@@ -4458,3 +4458,21 @@ WRONG["check_padded_batch"].update({
     "transposed/lists": lambda: ([[12, 1], [13, 2], [3, 10], [8, 0]],
                                  [4, 3]),
 })
+
+# --- chapter 18: more planted mistakes (final round) ---
+# Exercise 18.4: the explicit form (every head's keys rebuilt with k_up),
+# right in value, is refused: the exercise asks for no key rebuilt.
+
+
+def _scores18_explicit(m, x):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = mha_lib.split_heads(m.q_proj(x), heads)
+    k = mha_lib.split_heads(m.k_up(m.kv_down(x)), heads)  # rebuilt
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)[:, None]
+    s = q @ k.mT + q_r @ k_r.mT
+    return s / (m.head_dim + m.rope_dim) ** 0.5
+
+
+WRONG["check_absorbed_scores"]["rebuilt_keys"] = lambda: (
+    _scores18_explicit,)

@@ -311,7 +311,23 @@ SCORES = catalogue(
                  "content and rotary parts are two halves of one dot "
                  "product of D + R numbers, not scaled by 1/sqrt(D) and "
                  "1/sqrt(R) apart", _ROPE),
+    rebuilt_keys=("that calls m.k_up on the latents, which rebuilds "
+                  "every head's keys: "
+                  "the explicit form. The absorbed form rebuilds none: "
+                  "move W_uk to the query side (exercise 18.1's "
+                  "absorb_query, with m.k_up.weight) and score the "
+                  "latent queries against the latents", _ABSORBED),
 )
+
+
+def _on_tokens(called: list, tokens: torch.Size, _: object,
+               args: tuple) -> None:
+    """A forward pre-hook of ``k_up``: notes a call on every token's
+    latent ``(B, L, C)`` (the keys rebuilt); a call on other rows, such
+    as the basis vectors that read its matrix, is no rebuild."""
+    if args and isinstance(args[0], torch.Tensor) \
+            and args[0].shape[:-1] == tokens:
+        called.append(True)
 
 
 def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
@@ -353,7 +369,9 @@ def check_absorbed_scores(
     and softmax, ``(B, H, L, L)``, computed in the absorbed form: the
     latent query ``q_h @ W_uk[h]`` against the latents plus the rotated
     rotary query against the shared rotated rotary key, over
-    ``sqrt(D + R)``; checked against the scores over rebuilt keys."""
+    ``sqrt(D + R)``; checked against the scores over rebuilt keys. A
+    call of ``m.k_up`` on the latents (every head's keys rebuilt) is
+    refused."""
     generator = torch.Generator().manual_seed(20)
     # D = C first: there a transposed block still fits the shapes. There
     # a scale over sqrt(D) is one over sqrt(C): the next modules, with
@@ -369,10 +387,19 @@ def check_absorbed_scores(
         x = torch.randn(2, 5, d_model, generator=generator)
         shown = (f"MultiHeadLatentAttention({d_model}, {heads}, {latent}, "
                  f"{rope}, head_dim={head_dim}), x {tuple(x.shape)}")
+        called: list = []  # k_up called on the latents: keys rebuilt
+        hook = m.k_up.register_forward_pre_hook(
+            partial(_on_tokens, called, x.shape[:-1]))
+        try:
+            with torch.no_grad():
+                call = attempt(fn, m, x, shown=shown)
+        finally:
+            hook.remove()
+        if call.verdict is not None:
+            return call.verdict
+        if called:
+            return SCORES["rebuilt_keys"].verdict(call.label)
         with torch.no_grad():
-            call = attempt(fn, m, x, shown=shown)
-            if call.verdict is not None:
-                return call.verdict
             # the naive form: every head's key rebuilt, then rotated part
             pos = torch.arange(x.size(1))
             q = torch.cat([split_heads(m.q_proj(x), heads), apply_rotary(
