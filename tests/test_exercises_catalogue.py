@@ -4476,3 +4476,22 @@ def _scores18_explicit(m, x):
 
 WRONG["check_absorbed_scores"]["rebuilt_keys"] = lambda: (
     _scores18_explicit,)
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.1: a strict causal part, q_idx > kv_idx, hides the query
+# from itself; exercise 17.5: the ring's slots sorted (sorted(held)),
+# empty slots first, is the position-order mistake.
+WRONG["check_document_window_mod"]["strict"] = lambda: (
+    lambda d, w: lambda b, h, q, kv: (
+        (d[q] == d[kv]) & (q > kv) & (q - kv < w)),)
+WRONG["check_ring_held"]["in_order/sorted"] = lambda: (
+    lambda n, w: sorted(_ring_held(n, w)),)
+
+
+def test_chapter17_final_strict_causal_and_sorted_ring_are_named():
+    verdict = _check("check_document_window_mod", WRONG[
+        "check_document_window_mod"]["strict"]())
+    assert "must see itself" in verdict.message, verdict.message
+    verdict = _check("check_ring_held",
+                     WRONG["check_ring_held"]["in_order/sorted"]())
+    assert "sorted?" in verdict.message, verdict.message

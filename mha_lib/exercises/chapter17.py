@@ -46,6 +46,9 @@ DOC_WINDOW = catalogue(
                "q_idx - kv_idx < window", _FLEX),
     inverted=("the mask is True where a key is hidden; a mask_mod returns "
               "True where the query may attend", _FLEX),
+    strict=("the query must see itself: q_idx > kv_idx drops the "
+            "diagonal; the causal part is q_idx >= kv_idx (the window "
+            "counts the query itself)", _WINDOW),
     python_and=("The indices are tensors: combine the conditions with &, "
                 "not Python's and", _FLEX),
     batch_index=("document_id is 1-D, one document per position: index it "
@@ -173,6 +176,7 @@ def check_document_window_mod(
                 (DOC_WINDOW["future"], same & (gap < window)),
                 (DOC_WINDOW["future"], same & (gap.abs() < window)),
                 (DOC_WINDOW["leak"], past & (gap < window)),
+                (DOC_WINDOW["strict"], same & (gap > 0) & (gap < window)),
                 (DOC_WINDOW["no_window"], same & past),
             ])
         if problem is not None:
@@ -524,9 +528,10 @@ RING = catalogue(
     next_token=("the ring holds position n already, a token not yet "
                 "written: after n tokens (positions 0 to n - 1) it holds "
                 "n - W to n - 1", _RING),
-    in_order=("the right positions, in position order: slot t % W holds "
-              "position t, so once the ring has wrapped round the oldest "
-              "kept position is not in slot 0", _RING),
+    in_order=("the right positions, in position order (sorted?): slot "
+              "t % W holds position t, so once the ring has wrapped round "
+              "the oldest kept position is not in slot 0, and the empty "
+              "slots (-W) come after the written ones", _RING),
     never_overwritten=("the ring keeps the first W positions: position t "
                        "overwrites slot t % W, which held t - W", _RING),
     empty=("an empty slot holds -W, as held does in "
@@ -590,6 +595,7 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
                 (RING["in_order"], torch.tensor(
                     list(range(first, n))
                     + [-window] * (window - (n - first)))),
+                (RING["in_order"], _ring(n, window).sort().values),
                 (RING["never_overwritten"], _ring(
                     n, window, range(min(n, window)))),
                 (RING["empty"], _ring(n, window, empty=-1)),
