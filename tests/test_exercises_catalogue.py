@@ -4393,3 +4393,14 @@ def tiled_softmax_zero_start(scores, block_size):
 
 
 WRONG["check_tiled_softmax"]["zero_init"] = lambda: (tiled_softmax_zero_start,)
+
+# --- chapter 12: more planted mistakes (final round) ---
+# Exercise 12.2: ReLU in place of SiLU in SwiGLU (ReGLU) gets its own hint.
+
+def _llama_relu(p, x):
+    h = x + p.attn(p.norm1(x), need_weights=False)[0]
+    z = p.norm2(h)
+    return h + p.w2(F.relu(p.w1(z)) * p.w3(z))
+
+
+WRONG["check_llama_block"]["relu"] = lambda: (_llama_relu,)
