@@ -4495,3 +4495,14 @@ def test_chapter17_final_strict_causal_and_sorted_ring_are_named():
     verdict = _check("check_ring_held",
                      WRONG["check_ring_held"]["in_order/sorted"]())
     assert "sorted?" in verdict.message, verdict.message
+
+# --- chapter 12: more planted mistakes (final round) ---
+# Exercise 12.2: ReLU in place of SiLU in SwiGLU (ReGLU) gets its own hint.
+
+def _llama_relu(p, x):
+    h = x + p.attn(p.norm1(x), need_weights=False)[0]
+    z = p.norm2(h)
+    return h + p.w2(F.relu(p.w1(z)) * p.w3(z))
+
+
+WRONG["check_llama_block"]["relu"] = lambda: (_llama_relu,)

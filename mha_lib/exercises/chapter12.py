@@ -442,6 +442,8 @@ LLAMA_BLOCK = catalogue(
           "(F.silu)", _LLAMA),
     sigmoid=("this uses the sigmoid alone: SiLU is z * sigmoid(z) "
              "(F.silu), silu(w1(z)) * w3(z)", _LLAMA),
+    relu=("this uses ReLU (ReGLU): SwiGLU's activation is SiLU, "
+          "z * sigmoid(z) (F.silu), silu(w1(z)) * w3(z)", _LLAMA),
     causal_mask=("this applies a causal mask: the exercise's forward has "
                  "none, every token attends to every token", _BLOCK),
     pair_sum=("block.attn(...) returns a pair (output, weights): take "
@@ -479,7 +481,7 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor,
         a, g = p.w1(z), p.w3(z)
         if how == "gate_swapped":
             a, g = g, a
-        act = {"no_silu": lambda t: t, "gelu": F.gelu,
+        act = {"no_silu": lambda t: t, "gelu": F.gelu, "relu": F.relu,
                "sigmoid": torch.sigmoid}.get(how, F.silu)
         return p.w2(act(a) if how == "no_gate" else act(a) * g)
 
