@@ -14,6 +14,7 @@ from torch.overrides import TorchFunctionMode
 from mha_lib.exercises.verdict import (
     Verdict,
     attempt,
+    calls_to,
     catalogue,
     check_tensor,
     source_names,
@@ -484,10 +485,6 @@ class _NonZeroEmptyRows(TorchFunctionMode):
         return torch.where(empty, unmasked, out)  # (B, H, L, D)
 
 
-def _seen(called: list, *_: object) -> None:
-    called.append(True)  # the module itself was called
-
-
 def check_sdpa_attention(
     fn: Callable[[MultiHeadAttention, torch.Tensor, torch.Tensor | None],
                  torch.Tensor],
@@ -511,13 +508,9 @@ def check_sdpa_attention(
                 torch.tensor([6, 0, 3]), 6) & causal_mask(6)),
         }
         for name, mask in masks.items():
-            called: list = []
-            hook = m.register_forward_pre_hook(partial(_seen, called))
-            try:
+            with calls_to(m) as called:  # the module itself called
                 call = attempt(fn, m, x, mask, shown=f"m, x, {name}",
                                explain=_explain_sdpa)
-            finally:
-                hook.remove()
             if call.verdict is not None:
                 return call.verdict
             if called or not call.record.used(

@@ -14,6 +14,7 @@ from mha_lib.block import TransformerBlock
 from mha_lib.exercises.verdict import (
     Verdict,
     attempt,
+    calls_to,
     catalogue,
     check_calls,
     check_tensor,
@@ -270,10 +271,6 @@ def _explain(error: BaseException, _: object) -> object:
     return None
 
 
-def _seen(called: list, *_: object) -> None:
-    called.append(True)  # the block itself was called
-
-
 def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
                    how: str) -> torch.Tensor:
     """The output of a usual wrong pre-norm forward."""
@@ -361,12 +358,8 @@ def check_pre_norm(
         given = x.clone()  # the reader's function must leave x alone
         with torch.no_grad():
             expected, _ = block(x)
-            called: list = []
-            hook = block.register_forward_pre_hook(partial(_seen, called))
-            try:
+            with calls_to(block) as called:  # the block itself called
                 call = attempt(fn, block, given, explain=_explain)
-            finally:
-                hook.remove()
         if call.verdict is not None:
             return call.verdict
         if called:

@@ -11,6 +11,7 @@ from mha_lib.cache import KVCache
 from mha_lib.exercises.verdict import (
     Verdict,
     attempt,
+    calls_to,
     catalogue,
     check_number,
     check_tensor,
@@ -320,14 +321,12 @@ SCORES = catalogue(
 )
 
 
-def _on_tokens(called: list, tokens: torch.Size, _: object,
-               args: tuple) -> None:
-    """A forward pre-hook of ``k_up``: notes a call on every token's
-    latent ``(B, L, C)`` (the keys rebuilt); a call on other rows, such
-    as the basis vectors that read its matrix, is no rebuild."""
-    if args and isinstance(args[0], torch.Tensor) \
-            and args[0].shape[:-1] == tokens:
-        called.append(True)
+def _on_tokens(tokens: torch.Size, args: tuple) -> bool:
+    """Whether a call of ``k_up`` is on every token's latent ``(B, L, C)``
+    (the keys rebuilt); a call on other rows, such as the basis vectors
+    that read its matrix, is no rebuild."""
+    return bool(args) and isinstance(args[0], torch.Tensor) \
+        and args[0].shape[:-1] == tokens
 
 
 def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
@@ -387,14 +386,9 @@ def check_absorbed_scores(
         x = torch.randn(2, 5, d_model, generator=generator)
         shown = (f"MultiHeadLatentAttention({d_model}, {heads}, {latent}, "
                  f"{rope}, head_dim={head_dim}), x {tuple(x.shape)}")
-        called: list = []  # k_up called on the latents: keys rebuilt
-        hook = m.k_up.register_forward_pre_hook(
-            partial(_on_tokens, called, x.shape[:-1]))
-        try:
-            with torch.no_grad():
-                call = attempt(fn, m, x, shown=shown)
-        finally:
-            hook.remove()
+        on_latents = partial(_on_tokens, x.shape[:-1])  # keys rebuilt
+        with calls_to(m.k_up, on_latents) as called, torch.no_grad():
+            call = attempt(fn, m, x, shown=shown)
         if call.verdict is not None:
             return call.verdict
         if called:

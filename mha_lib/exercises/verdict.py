@@ -11,6 +11,7 @@ mistake when the answer is one), and returns a :class:`Verdict`.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import io
 import keyword
@@ -18,7 +19,7 @@ import math
 import re
 import textwrap
 import tokenize
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from numbers import Number
 
@@ -33,6 +34,7 @@ __all__ = [
     "Recorder",
     "Attempt",
     "attempt",
+    "calls_to",
     "describe",
     "check_tensor",
     "check_number",
@@ -261,6 +263,27 @@ def attempt(
             text += f". {mistake.message}"
         result.verdict = Verdict(False, text)
     return result
+
+
+@contextlib.contextmanager
+def calls_to(module: torch.nn.Module,
+             counts: Callable[[tuple], bool] | None = None,
+             ) -> Iterator[list]:
+    """A list that gets an entry each time ``module`` is called inside the
+    ``with`` block (a forward pre-hook, removed on leaving), or only the
+    calls whose positional arguments ``counts`` accepts: how a checker sees
+    that the reader's code called a module it was to compute without."""
+    called: list = []
+
+    def hook(_: torch.nn.Module, args: tuple) -> None:
+        if counts is None or counts(args):
+            called.append(True)
+
+    handle = module.register_forward_pre_hook(hook)
+    try:
+        yield called
+    finally:
+        handle.remove()
 
 
 def source_names(fn: Callable) -> set[str]:
