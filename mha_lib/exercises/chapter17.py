@@ -374,64 +374,91 @@ def _run_score_mod(made, q: torch.Tensor, k: torch.Tensor,
     return call.value, None
 
 
-def _adds_key_only(score_mod: Callable, scores: torch.Tensor,
-                   m: torch.Tensor, i: torch.Tensor,
-                   j: torch.Tensor) -> bool:
-    """Whether score_mod, called on all the scores at once, adds m_h * j:
-    the softmax cannot tell that from the signed decoder bias, the raw
-    scores can."""
-    heads = torch.arange(m.size(0))[:, None, None]  # (H, 1, 1)
+def _dense_score_mod(score_mod: Callable,
+                     scores: torch.Tensor) -> torch.Tensor | None:
+    """``score_mod`` called once on all the scores ``(B, H, L, S)``, its
+    indices as tensors that broadcast against them: the changed scores,
+    or ``None`` for a function that only works inside flex_attention
+    (Python math on a tensor, say). Cheap, unlike a trace by
+    flex_attention, so it refuses most mistakes before one."""
+    b = torch.arange(scores.size(0))[:, None, None, None]
+    h = torch.arange(scores.size(1))[:, None, None]
+    i = torch.arange(scores.size(2))[:, None]
+    j = torch.arange(scores.size(3))
     try:
-        raw = torch.as_tensor(score_mod(scores, torch.tensor(0), heads,
-                                        i, j), dtype=scores.dtype)
-        return raw.shape == scores.shape and torch.allclose(
-            raw, scores + m * j, atol=1e-5)
+        changed = torch.as_tensor(score_mod(scores.clone(), b, h, i, j),
+                                  dtype=scores.dtype)
+        return torch.broadcast_to(changed, scores.shape)
     except Exception:  # a score_mod written for flex_attention only
-        return False
+        return None
+
+
+def _named_mistake(label: str, given: torch.Tensor,
+                   expected: torch.Tensor,
+                   mistakes: list) -> Verdict | None:
+    """The catalogued mistake ``given`` makes, when ``check_tensor`` names
+    one; ``None`` when it is right or wrong in a way no hint names."""
+    problem = check_tensor(label, given, expected, mistakes=mistakes)
+    named = {mistake.verdict(label).message for mistake, _ in mistakes}
+    return problem if problem is not None and \
+        problem.message in named else None
 
 
 def check_bidirectional_alibi(
         fn: Callable[[torch.Tensor], Callable]) -> Verdict:
     """Exercise 17.3: ``fn(slopes)`` returns a FlexAttention ``score_mod(
     score, b, h, q_idx, kv_idx)`` for an encoder's ALiBi, ``score -
-    slopes[h] * |q_idx - kv_idx|`` (no mask); checked through eager
-    ``flex_attention`` against the dense computation."""
+    slopes[h] * |q_idx - kv_idx|`` (no mask); checked against the dense
+    computation, called on all the scores at once and (for the first
+    slopes, or when it works only there) through eager
+    ``flex_attention``."""
     generator = torch.Generator().manual_seed(17)
     q, k, v = torch.randn(3, 1, 4, 7, 8, generator=generator).unbind(0)
     q = 2 * q  # (B, H, L, D), scores of order 2
     scores = q @ k.mT / math.sqrt(q.size(-1))  # (B, H, L, L)
     i = torch.arange(7)[:, None]  # (L, 1) query positions
     j = torch.arange(7)  # (L,) key positions
-    for slopes in (torch.tensor(alibi_slopes(4)),
-                   torch.tensor([1.0, 0.5, 0.3, 0.7])):
+
+    def out(s: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(s, dim=-1) @ v  # (B, H, L, D)
+
+    distance = (i - j).abs()  # (L, L)
+    for first, slopes in ((True, torch.tensor(alibi_slopes(4))),
+                          (False, torch.tensor([1.0, 0.5, 0.3, 0.7]))):
         made = attempt(fn, slopes.clone(),
                        shown=f"slopes {tuple(slopes.shape)}")
         if made.verdict is not None:
             return made.verdict
+        m = slopes[:, None, None]  # (H, 1, 1)
+        label = f"flex_attention with the score_mod of {made.label}"
+        expected = out(scores - m * distance)
+        mistakes = [
+            (BIDIRECTIONAL["sign"], out(scores + m * distance)),
+            (BIDIRECTIONAL["one_sided"], out(scores + m * (j - i))),
+            (BIDIRECTIONAL["one_sided"], out(scores - m * (j - i))),
+            (BIDIRECTIONAL["one_slope"],
+             out(scores - slopes[0] * distance)),
+            (BIDIRECTIONAL["no_score"], out(-m * distance)),
+        ]
+        dense = _dense_score_mod(made.value, scores)
+        if dense is not None:
+            # the softmax cannot tell m_h * j from the signed decoder
+            # bias; the raw scores can
+            if torch.allclose(dense, scores + m * j, atol=1e-5):
+                return BIDIRECTIONAL["key_only"].verdict(
+                    f"the score_mod of {made.label}")
+            named = _named_mistake(label, out(dense), expected, mistakes)
+            if named is not None:
+                return named
+            if not first and check_tensor(label, out(dense),
+                                          expected) is None:
+                continue  # it ran in flex_attention with the first slopes
         given, refused = _run_score_mod(made, q, k, v,
                                         BIDIRECTIONAL["python_math"])
         if refused is not None:
             return refused
-        m = slopes[:, None, None]  # (H, 1, 1)
-        if _adds_key_only(made.value, scores, m, i, j):
-            return BIDIRECTIONAL["key_only"].verdict(
-                f"the score_mod of {made.label}")
-
-        def out(s: torch.Tensor) -> torch.Tensor:
-            return torch.softmax(s, dim=-1) @ v  # (B, H, L, D)
-
-        distance = (i - j).abs()  # (L, L)
-        problem = check_tensor(
-            f"flex_attention with the score_mod of {made.label}",
-            given, out(scores - m * distance),
-            axes="(B, H, L, D)", mistakes=[
-                (BIDIRECTIONAL["sign"], out(scores + m * distance)),
-                (BIDIRECTIONAL["one_sided"], out(scores + m * (j - i))),
-                (BIDIRECTIONAL["one_sided"], out(scores - m * (j - i))),
-                (BIDIRECTIONAL["one_slope"],
-                 out(scores - slopes[0] * distance)),
-                (BIDIRECTIONAL["no_score"], out(-m * distance)),
-            ])
+        problem = check_tensor(label, given, expected,
+                               axes="(B, H, L, D)", mistakes=mistakes)
         if problem is not None:
             return problem
     return Verdict(True, "score - slopes[h] * (q_idx - kv_idx).abs(): a "
@@ -468,44 +495,56 @@ SOFTCAP = catalogue(
 def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
     """Exercise 17.4: ``fn(cap)`` returns a FlexAttention ``score_mod(
     score, b, h, q_idx, kv_idx)`` for Gemma 2's soft-capping of the
-    scores, ``cap * tanh(score / cap)``; checked through eager
-    ``flex_attention`` against the dense computation."""
+    scores, ``cap * tanh(score / cap)``; checked against the dense
+    computation, called on all the scores at once and (for the first
+    cap, or when it works only there) through eager
+    ``flex_attention``."""
     generator = torch.Generator().manual_seed(17)
     # (B, H, L, D) with scores up to about 10, beyond the caps below
     q, k, v = torch.randn(3, 1, 2, 6, 8, generator=generator).unbind(0)
     q = 4 * q
-    for cap in (2.0, 5.0):
+    scores = q @ k.mT / math.sqrt(q.size(-1))  # (B, H, L, L)
+    root = math.sqrt(q.size(-1))
+
+    def out(s: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(s, dim=-1) @ v  # (B, H, L, D)
+
+    for first, cap in ((True, 2.0), (False, 5.0)):
         made = attempt(fn, cap)
         if made.verdict is not None:
             return made.verdict
+        label = f"flex_attention with the score_mod of {made.label}"
+        expected = out(cap * torch.tanh(scores / cap))
+        mistakes = [
+            (SOFTCAP["fixed_cap"], out(50 * torch.tanh(scores / 50))),
+            (SOFTCAP["uncapped"], out(scores)),
+            (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
+            (SOFTCAP["no_multiply"], out(torch.tanh(scores / cap))),
+            (SOFTCAP["cancelled"], out(torch.tanh(scores))),
+            (SOFTCAP["clamp"], out(scores.clamp(-cap, cap))),
+            (SOFTCAP["scaled_again"],
+             out(cap * torch.tanh(scores / root / cap))),
+            (SOFTCAP["scaled_again"],
+             out(cap * torch.tanh(scores / q.size(-1) / cap))),
+            (SOFTCAP["scaled_again"],
+             out(cap * torch.tanh(scores * root / cap))),
+            (SOFTCAP["scaled_again"],
+             out(cap * torch.tanh(scores / cap) / root)),
+        ]
+        dense = _dense_score_mod(made.value, scores)
+        if dense is not None:
+            named = _named_mistake(label, out(dense), expected, mistakes)
+            if named is not None:
+                return named
+            if not first and check_tensor(label, out(dense),
+                                          expected) is None:
+                continue  # it ran in flex_attention with the first cap
         given, refused = _run_score_mod(made, q, k, v,
                                         SOFTCAP["math_tanh"])
         if refused is not None:
             return refused
-        scores = q @ k.mT / math.sqrt(q.size(-1))  # (B, H, L, L)
-
-        def out(s: torch.Tensor) -> torch.Tensor:
-            return torch.softmax(s, dim=-1) @ v  # (B, H, L, D)
-
-        problem = check_tensor(
-            f"flex_attention with the score_mod of {made.label}",
-            given, out(cap * torch.tanh(scores / cap)),
-            axes="(B, H, L, D)", mistakes=[
-                (SOFTCAP["fixed_cap"], out(50 * torch.tanh(scores / 50))),
-                (SOFTCAP["uncapped"], out(scores)),
-                (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
-                (SOFTCAP["no_multiply"], out(torch.tanh(scores / cap))),
-                (SOFTCAP["cancelled"], out(torch.tanh(scores))),
-                (SOFTCAP["clamp"], out(scores.clamp(-cap, cap))),
-                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
-                    scores / math.sqrt(q.size(-1)) / cap))),
-                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
-                    scores / q.size(-1) / cap))),
-                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
-                    scores * math.sqrt(q.size(-1)) / cap))),
-                (SOFTCAP["scaled_again"], out(cap * torch.tanh(
-                    scores / cap) / math.sqrt(q.size(-1)))),
-            ])
+        problem = check_tensor(label, given, expected,
+                               axes="(B, H, L, D)", mistakes=mistakes)
         if problem is not None:
             return problem
     return Verdict(True, "cap * torch.tanh(score / cap), right for the "
