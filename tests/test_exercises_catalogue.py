@@ -4506,3 +4506,24 @@ def _llama_relu(p, x):
 
 
 WRONG["check_llama_block"]["relu"] = lambda: (_llama_relu,)
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.2: the padded batch written as tokens, not ids (with or
+# without a "<pad>" token), and a vocabulary with an extra "<unk>".
+WRONG["check_padded_batch"].update({
+    "tokens": lambda: ([["what", "will", "come", "next"],
+                        ["a", "basic", "split", "<pad>"]], [4, 3]),
+    "tokens/ragged": lambda: ([["what", "will", "come", "next"],
+                               ["a", "basic", "split"]], [4, 3]),
+})
+WRONG["check_vocab"]["extra_special"] = lambda: (
+    build_vocab(SENTENCES, specials=("<pad>", "<unk>")),)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_padded_batch", "tokens"),
+    ("check_padded_batch", "tokens/ragged"),
+    ("check_vocab", "extra_special")])
+def test_chapter1_final_tokens_and_extra_special_get_their_hints(
+        checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

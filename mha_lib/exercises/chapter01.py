@@ -172,6 +172,11 @@ VOCAB = catalogue(
     itos=("the keys are ids and the values tokens: this is itos (index "
           "to string); pass stoi, which maps each token to its id",
           "The vocabulary"),
+    extra_special=("a special token the exercise does not ask for: "
+                   "\"<pad>\" is the only special here (a catch-all "
+                   "\"<unk>\" is a choice for unseen words, not needed "
+                   "for these sentences)", "Unknown words: subword "
+                                           "tokenizers"),
 )
 
 
@@ -207,6 +212,9 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
         return VOCAB["unsorted"].verdict("stoi")
     missing = sorted(set(expected) - set(stoi))
     extra = sorted(set(stoi) - set(expected))
+    if not missing and all(k.startswith("<") for k in extra):
+        return Verdict(False, f"stoi: extra {extra}: "
+                              f"{VOCAB['extra_special'].message}")
     wrong = ", ".join(f"{name} {keys}" for name, keys in (
         ("missing", missing), ("extra", extra)) if keys)
     return Verdict(False, f"stoi should have the {len(words)} tokens of "
@@ -238,6 +246,9 @@ PADDED = catalogue(
     ragged=("the rows have different lengths: pad the shorter one with "
             "the id of \"<pad>\" to the length of the longer",
             "Padding sentences of different lengths"),
+    tokens=("these are tokens, not ids: look each token up in the "
+            "vocabulary of Exercise 1.2 (stoi[token]) and pad with the "
+            "id of \"<pad>\", 0", "Encoding a batch"),
     padded_too_far=("the rows are padded beyond the longest text: encode "
                     "pads to the longest text of this batch, 4 tokens "
                     "(not, say, to the 6 of the running example)",
@@ -260,6 +271,10 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     """Exercise 1.2: ``"What will come next?"`` and ``"A basic split!"`` as
     one batch, padded with the ``"<pad>"`` id of :func:`check_vocab`'s
     vocabulary; tensors or (hand-written) lists."""
+    if isinstance(ids, list | tuple) and any(
+            isinstance(row, list | tuple)
+            and any(isinstance(t, str) for t in row) for row in ids):
+        return PADDED["tokens"].verdict("ids")
     if isinstance(ids, list | tuple) and len(ids) > 1 and all(
             isinstance(row, list | tuple) for row in ids) \
             and len({len(row) for row in ids}) > 1:
