@@ -4527,3 +4527,21 @@ WRONG["check_vocab"]["extra_special"] = lambda: (
 def test_chapter1_final_tokens_and_extra_special_get_their_hints(
         checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- chapter 14: more planted mistakes (final round) ---
+# Exercise 14.1, second half: the weights counted in float32 (4 bytes a
+# parameter), and the two answers returned in swapped order.
+
+def _fits_swapped(num_kv_heads):
+    return tuple(reversed(_fits()(num_kv_heads)))
+
+
+WRONG["check_cache_capacity"]["float32_weights"] = lambda: (
+    _fits(total=80 * 2**30 - 4 * _PARAMS_7B),)
+WRONG["check_cache_capacity"]["swapped"] = lambda: (_fits_swapped,)
+
+
+@pytest.mark.parametrize("name", ["float32_weights", "swapped"])
+def test_chapter14_final_capacity_mistakes_get_their_hints(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_cache_capacity", name)

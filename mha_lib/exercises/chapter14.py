@@ -97,7 +97,21 @@ FITS = catalogue(
                 "does not fit", _SIZE),
     keys_only=("that counts the keys alone: the cache holds the values "
                "too, 2 x layers x H_kv x D x 2 bytes a token", _SIZE),
+    float32_weights=("that counts the weights in float32, 4 bytes a "
+                     "parameter; in float16 they take 2 x params bytes",
+                     _SIZE),
+    swapped=("the two answers are swapped: return (sequences at "
+             "L = 4,096, length at batch 32), in that order", _SIZE),
 )
+
+
+def _same_numbers(given: tuple, wanted: tuple) -> bool:
+    """Whether ``given`` holds the numbers ``wanted``, in that order."""
+    try:
+        return all(float(a) == float(b) for a, b in zip(given, wanted,
+                                                      strict=True))
+    except (TypeError, ValueError, RuntimeError):
+        return False
 
 
 def _seven_b_like_params(d=4096, layers=32, d_ff=11008, vocab=32000):
@@ -119,8 +133,12 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
             return Verdict(False, f"{call.label} should return a tuple "
                                   "(sequences, length)")
         per_token = 2 * 32 * num_kv_heads * 128 * 2  # bytes, one sequence
-        for i, unit in enumerate((4096 * per_token, 32 * per_token)):
-            free = 80 * 2**30 - weights
+        free = 80 * 2**30 - weights
+        units = (4096 * per_token, 32 * per_token)
+        right = tuple(free // unit for unit in units)
+        if _same_numbers(call.value, right[::-1]):
+            return FITS["swapped"].verdict(f"{call.label} = {call.value!r}")
+        for i, unit in enumerate(units):
             problem = check_number(
                 f"{call.label}[{i}]", call.value[i], free // unit,
                 mistakes=[
@@ -130,6 +148,8 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                     (FITS["rounded_up"], -(-free // unit)),
                     (FITS["rounded_up"], free / unit),
                     (FITS["keys_only"], free // (unit // 2)),
+                    (FITS["float32_weights"],
+                     (80 * 2**30 - 2 * weights) // unit),
                 ])
             if problem is not None:
                 return problem
@@ -239,8 +259,9 @@ def check_expand_kv(
                   "repeat_kv construction: unsqueeze, expand, reshape. "
                   "Every way returns a copy of the heads")
     return Verdict(
-        True, "key/value head g serves query heads g*H/H_kv to "
-              "(g+1)*H/H_kv - 1, as repeat_interleave gives")
+        True, "key/value head j serves the query heads j*g to "
+              "(j+1)*g - 1, with g = H // H_kv: copies of one head "
+              "side by side, as repeat_interleave gives")
 
 
 CHUNK = catalogue(
