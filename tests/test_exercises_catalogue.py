@@ -4545,3 +4545,35 @@ WRONG["check_cache_capacity"]["swapped"] = lambda: (_fits_swapped,)
 def test_chapter14_final_capacity_mistakes_get_their_hints(name):
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_cache_capacity", name)
+
+# --- chapter 12: more planted mistakes (final round) ---
+# Exercise 12.2: a pre_norm(block, x, mask=None) that does not pass its
+# mask on to attention is named (check_pre_norm now calls it with a
+# padding mask); Llama's norm1 and norm2 swapped get their own hint.
+
+def _pre_norm_mask_ignored(block, x, mask=None):
+    h = x + block.attn(block.norm1(x), need_weights=False)[0]
+    return h + block.linear2(block.activation(block.linear1(block.norm2(h))))
+
+
+def _pre_norm_masked(block, x, mask=None):
+    h = x + block.attn(block.norm1(x), mask=mask, need_weights=False)[0]
+    return h + block.linear2(block.activation(block.linear1(block.norm2(h))))
+
+
+def _llama_swapped_norms(p, x):
+    h = x + p.attn(p.norm2(x), need_weights=False)[0]
+    z = p.norm1(h)
+    return h + p.w2(F.silu(p.w1(z)) * p.w3(z))
+
+
+WRONG["check_pre_norm"]["mask_ignored"] = lambda: (_pre_norm_mask_ignored,)
+RIGHT["check_pre_norm"].append(lambda: (_pre_norm_masked,))
+WRONG["check_llama_block"]["swapped_norms"] = lambda: (_llama_swapped_norms,)
+
+
+def test_chapter12_final_pre_norm_is_called_with_its_mask():
+    verdict = _check("check_pre_norm", (_pre_norm_mask_ignored,))
+    assert "pass the mask on to attention" in verdict.message, verdict.message
+    # a third argument that is no mask (no default None) is not given one
+    assert _check("check_pre_norm", RIGHT["check_pre_norm"][0]())

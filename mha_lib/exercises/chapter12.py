@@ -31,8 +31,9 @@ PARAMS = catalogue(
     "check_block_params", 12,
     four_d_missing=("4 d_model parameters are missing, and a count cannot "
                     "tell which 4 d_model: check the four attention "
-                    "biases (q, k, v and out, d_model each) and the two "
-                    "LayerNorms' gamma and beta (d_model each)",
+                    "biases (q, k, v and out, d_model each, counted in "
+                    "chapter 8's Exercise 8.3) and the two LayerNorms' "
+                    "gamma and beta (d_model each)",
                     "LayerNorm"),
     ffn_biases=("the two FFN layers have biases: d_ff and d_model",
                 "The feed-forward network"),
@@ -261,7 +262,39 @@ PRE_NORM = catalogue(
               "x = x + ...; in training the in-place add also breaks "
               "autograd, which needs the input that was overwritten",
               "Residual connections"),
+    mask_ignored=("with a mask (its third argument) this gives the "
+                  "output without one: pass the mask on to attention, "
+                  "block.attn(h, mask=mask, need_weights=False)", _BLOCK),
 )
+
+
+def _takes_mask(fn: Callable) -> bool:
+    """``fn``'s third argument is a mask, as in the page's
+    ``pre_norm(block, x, mask=None)``: named ``mask`` or None by
+    default."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):  # no signature to read
+        return False
+    return len(params) >= 3 and (
+        "mask" in params[2].name or params[2].default is None)
+
+
+def _check_masked(fn: Callable, block: TransformerBlock, x: torch.Tensor,
+                  mask: torch.Tensor) -> Verdict | None:
+    """``fn(block, x, mask)`` against the block with ``mask``."""
+    with torch.no_grad():
+        expected, _ = block(x, mask=mask)
+        unmasked, _ = block(x)
+        call = attempt(fn, block, x.clone(), mask, explain=_explain)
+    if call.verdict is not None:
+        return call.verdict
+    if isinstance(call.value, tuple):
+        return PRE_NORM["pair"].verdict(call.label)
+    return check_tensor(
+        call.label, call.value, expected, axes="(B, L, d_model)",
+        mistakes=[(PRE_NORM["mask_ignored"], unmasked)])
 
 
 def _explain(error: BaseException, _: object) -> object:
@@ -341,7 +374,9 @@ def check_pre_norm(
 ) -> Verdict:
     """``fn(block, x)`` is the pre-norm forward of a
     :class:`~mha_lib.TransformerBlock` in eval mode, from its parts,
-    without a mask: ``(B, L, d_model)`` to ``(B, L, d_model)``."""
+    without a mask: ``(B, L, d_model)`` to ``(B, L, d_model)``; when
+    ``fn`` takes a third argument, ``fn(block, x, mask)`` is checked with
+    a padding mask ``(B, 1, 1, L)`` too."""
     generator = torch.Generator().manual_seed(12)
     cases = ((2, 5, 8, 4, "gelu"), (1, 3, 6, 2, "relu"),
              (3, 1, 4, 1, "gelu"))
@@ -384,6 +419,12 @@ def check_pre_norm(
                     "fresh_norm1", "fresh_norm2")])
         if problem is not None:
             return problem
+        if length > 1 and _takes_mask(fn):  # with a padding mask too
+            mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+            mask[0, ..., length // 2 + 1:] = False  # True = may attend
+            problem = _check_masked(fn, block, x, mask)
+            if problem is not None:
+                return problem
     return Verdict(
         True, "h = x + attn(norm1(x)), then "
               "h + linear2(act(linear1(norm2(h)))): the residual stream "
@@ -405,6 +446,8 @@ LLAMA_BLOCK = catalogue(
                 _BLOCK),
     one_norm=("both sublayers use norm1: each has its own RMSNorm, "
               "norm2 (its own gamma) before the FFN", _BLOCK),
+    swapped_norms=("norm1 and norm2 are swapped: norm1 feeds attention, "
+                   "norm2 the FFN (each has its own gamma)", _BLOCK),
     stale_ffn_input=("the FFN reads norm2(x), the block's input "
                      "(GPT-NeoX's parallel block): Llama's FFN reads the "
                      "stream after "
@@ -506,6 +549,9 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor,
     if how == "no_second_residual":
         return ffn(n2(h))
     if how == "one_norm":
+        return h + ffn(n1(h))
+    if how == "swapped_norms":
+        h = x + attn(n2(x))
         return h + ffn(n1(h))
     if how in ("stale_ffn_input", "parallel"):
         return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
