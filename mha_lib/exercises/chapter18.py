@@ -330,13 +330,17 @@ def _on_tokens(tokens: torch.Size, args: tuple) -> bool:
 
 
 def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
-            rotate_latent: bool = False, rotate: bool = True,
+            rotate_latent: str = "", rotate: bool = True,
             rope: bool = True, width: int | None = None,
             transposed: bool = False, rotate_key: bool = True,
             rotate_query: bool = True,
             split_scale: bool = False) -> torch.Tensor:
     """The pre-softmax scores ``(B, H, L, L)`` of ``m`` on ``x``, in the
-    absorbed form, or with one planted mistake."""
+    absorbed form, or with one planted mistake. ``rotate_latent`` rotates
+    what carries no positions: "both" the latent queries and the latents,
+    "latents" or "query" one of them, "content" the content queries
+    before the absorption and the latents, "whole" the joined
+    ``[latent query; rotary query]`` and ``[latent; rotary key]``."""
     heads, head_dim = m.num_heads, m.head_dim
     pos = torch.arange(x.size(1))
     q = split_heads(m.q_proj(x), heads)  # (B, H, L, D)
@@ -349,9 +353,20 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
     w = m.k_up.weight.unflatten(0, (heads, head_dim))  # (H, D, C)
     if transposed:
         w = w.mT
+    if rotate_latent == "content":
+        q, c = apply_rotary(q, pos), apply_rotary(c, pos)
     latent_q = q @ w  # (B, H, L, C)
-    if rotate_latent:
-        latent_q, c = apply_rotary(latent_q, pos), apply_rotary(c, pos)
+    if rotate_latent in ("both", "query"):
+        latent_q = apply_rotary(latent_q, pos)
+    if rotate_latent in ("both", "latents"):
+        c = apply_rotary(c, pos)
+    if rotate_latent == "whole":  # one rotation over C + R features
+        q_r = split_heads(m.q_rope_proj(x), heads)
+        joined_q = apply_rotary(torch.cat([latent_q, q_r], -1), pos)
+        joined_k = apply_rotary(torch.cat([c, m.k_rope_proj(x)], -1),
+                                pos)  # (B, L, C + R)
+        return (joined_q @ joined_k[:, None].mT
+                / (head_dim + m.rope_dim) ** 0.5)
     s = latent_q @ c[:, None].mT  # (B, H, L, L)
     if split_scale:
         return (s / head_dim ** 0.5
@@ -403,8 +418,10 @@ def check_absorbed_scores(
             k = torch.cat([k_c, k_r.expand(-1, heads, -1, -1)], -1)
             expected = q @ k.mT / (head_dim + rope) ** 0.5
             mistakes = [
-                (SCORES["latent_rotated"],
-                 partial(_scores, m, x, rotate_latent=True)),
+                *((SCORES["latent_rotated"],
+                   partial(_scores, m, x, rotate_latent=where))
+                  for where in ("both", "latents", "query", "content",
+                                "whole")),
                 (SCORES["not_rotated"], partial(_scores, m, x,
                                                 rotate=False)),
                 (SCORES["no_rope"], partial(_scores, m, x, rope=False)),
