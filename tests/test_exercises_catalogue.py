@@ -4539,3 +4539,27 @@ for _where in ("latents", "query", "content", "whole"):
     WRONG["check_absorbed_scores"][f"latent_rotated/{_where}"] = (
         lambda where=_where: (
             lambda m, x: _scores18_rotated(m, x, where),))
+# Exercise 18.5 (new): FLOPs per byte of MLA's absorbed decoding, each
+# classic mistake planted, two styles of right answer.
+
+
+def _flops_per_byte(h, s, d_k, d_v):
+    return 2 * h * s * (d_k + d_v) / (2 * d_k)
+
+
+RIGHT["check_decode_flops_per_byte"] = [
+    lambda: (_flops_per_byte,),
+    lambda: (lambda h, s, d_k, d_v: h * s * (1 + d_v / d_k),),
+]
+WRONG["check_decode_flops_per_byte"] = {
+    "half_flops": lambda: (lambda h, s, k, v: h * s * (k + v) / (2 * k),),
+    "numbers": lambda: (lambda h, s, k, v: 2 * h * s * (k + v) / k,),
+    "kv_apart": lambda: (lambda h, s, k, v: h * s * (k + v) / (k + v),),
+    "kv_apart/scores_only": lambda: (
+        lambda h, s, k, v: 2 * h * s * k / (2 * k),),
+    "no_new_tokens": lambda: (lambda h, s, k, v: h * (k + v) / k,),
+    "per_head": lambda: (lambda h, s, k, v: s * (k + v) / k,),
+    "approximate": lambda: (lambda h, s, k, v: 2 * h * s,),
+    "inverted": lambda: (lambda h, s, k, v: 1 / _flops_per_byte(h, s, k,
+                                                                 v),),
+}
