@@ -4577,3 +4577,60 @@ def test_chapter12_final_pre_norm_is_called_with_its_mask():
     assert "pass the mask on to attention" in verdict.message, verdict.message
     # a third argument that is no mask (no default None) is not given one
     assert _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
+
+# --- chapter 18: more planted mistakes (final round) ---
+# Exercise 18.4: rotating what carries no positions, in four more ways:
+# only the latents, only the latent queries, the content queries before
+# the absorption and the latents, the joined [latent; rotary] vectors.
+
+
+def _scores18_rotated(m, x, where):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = split_heads(m.q_proj(x), heads)  # (B, H, L, D)
+    q_r = split_heads(m.q_rope_proj(x), heads)  # (B, H, L, R)
+    k_r, c = m.k_rope_proj(x), m.kv_down(x)  # (B, L, R), (B, L, C)
+    w = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    if where == "content":
+        q, c = apply_rotary(q, pos), apply_rotary(c, pos)
+    latent_q = q @ w  # (B, H, L, C)
+    if where == "whole":
+        q_j = apply_rotary(torch.cat([latent_q, q_r], -1), pos)
+        k_j = apply_rotary(torch.cat([c, k_r], -1), pos)
+        return q_j @ k_j[:, None].mT / math.sqrt(m.head_dim + m.rope_dim)
+    if where == "query":
+        latent_q = apply_rotary(latent_q, pos)
+    if where == "latents":
+        c = apply_rotary(c, pos)
+    s = (latent_q @ c[:, None].mT
+         + apply_rotary(q_r, pos) @ apply_rotary(k_r, pos)[:, None].mT)
+    return s / math.sqrt(m.head_dim + m.rope_dim)
+
+
+for _where in ("latents", "query", "content", "whole"):
+    WRONG["check_absorbed_scores"][f"latent_rotated/{_where}"] = (
+        lambda where=_where: (
+            lambda m, x: _scores18_rotated(m, x, where),))
+# Exercise 18.5 (new): FLOPs per byte of MLA's absorbed decoding, each
+# classic mistake planted, two styles of right answer.
+
+
+def _flops_per_byte(h, s, d_k, d_v):
+    return 2 * h * s * (d_k + d_v) / (2 * d_k)
+
+
+RIGHT["check_decode_flops_per_byte"] = [
+    lambda: (_flops_per_byte,),
+    lambda: (lambda h, s, d_k, d_v: h * s * (1 + d_v / d_k),),
+]
+WRONG["check_decode_flops_per_byte"] = {
+    "half_flops": lambda: (lambda h, s, k, v: h * s * (k + v) / (2 * k),),
+    "numbers": lambda: (lambda h, s, k, v: 2 * h * s * (k + v) / k,),
+    "kv_apart": lambda: (lambda h, s, k, v: h * s * (k + v) / (k + v),),
+    "kv_apart/scores_only": lambda: (
+        lambda h, s, k, v: 2 * h * s * k / (2 * k),),
+    "no_new_tokens": lambda: (lambda h, s, k, v: h * (k + v) / k,),
+    "per_head": lambda: (lambda h, s, k, v: s * (k + v) / k,),
+    "approximate": lambda: (lambda h, s, k, v: 2 * h * s,),
+    "inverted": lambda: (lambda h, s, k, v: 1 / _flops_per_byte(h, s, k,
+                                                                 v),),
+}

@@ -21,12 +21,14 @@ from mha_lib.latent import MultiHeadLatentAttention
 from mha_lib.rotary import apply_rotary
 
 __all__ = ["check_absorbed_query", "check_latent_cache_bytes",
-           "check_key_projection", "check_absorbed_scores"]
+           "check_key_projection", "check_absorbed_scores",
+           "check_decode_flops_per_byte"]
 
 _ABSORBED = "The absorbed form"
 _LATENT = "Keys and values from a latent"
 _TABLE = "One table: what each design caches"
 _ROPE = "Positions need their own key"
+_BOUND = "What bounds a decoding step"
 
 ABSORB = catalogue(
     "check_absorbed_query", 18,
@@ -330,13 +332,17 @@ def _on_tokens(tokens: torch.Size, args: tuple) -> bool:
 
 
 def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
-            rotate_latent: bool = False, rotate: bool = True,
+            rotate_latent: str = "", rotate: bool = True,
             rope: bool = True, width: int | None = None,
             transposed: bool = False, rotate_key: bool = True,
             rotate_query: bool = True,
             split_scale: bool = False) -> torch.Tensor:
     """The pre-softmax scores ``(B, H, L, L)`` of ``m`` on ``x``, in the
-    absorbed form, or with one planted mistake."""
+    absorbed form, or with one planted mistake. ``rotate_latent`` rotates
+    what carries no positions: "both" the latent queries and the latents,
+    "latents" or "query" one of them, "content" the content queries
+    before the absorption and the latents, "whole" the joined
+    ``[latent query; rotary query]`` and ``[latent; rotary key]``."""
     heads, head_dim = m.num_heads, m.head_dim
     pos = torch.arange(x.size(1))
     q = split_heads(m.q_proj(x), heads)  # (B, H, L, D)
@@ -349,9 +355,20 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
     w = m.k_up.weight.unflatten(0, (heads, head_dim))  # (H, D, C)
     if transposed:
         w = w.mT
+    if rotate_latent == "content":
+        q, c = apply_rotary(q, pos), apply_rotary(c, pos)
     latent_q = q @ w  # (B, H, L, C)
-    if rotate_latent:
-        latent_q, c = apply_rotary(latent_q, pos), apply_rotary(c, pos)
+    if rotate_latent in ("both", "query"):
+        latent_q = apply_rotary(latent_q, pos)
+    if rotate_latent in ("both", "latents"):
+        c = apply_rotary(c, pos)
+    if rotate_latent == "whole":  # one rotation over C + R features
+        q_r = split_heads(m.q_rope_proj(x), heads)
+        joined_q = apply_rotary(torch.cat([latent_q, q_r], -1), pos)
+        joined_k = apply_rotary(torch.cat([c, m.k_rope_proj(x)], -1),
+                                pos)  # (B, L, C + R)
+        return (joined_q @ joined_k[:, None].mT
+                / (head_dim + m.rope_dim) ** 0.5)
     s = latent_q @ c[:, None].mT  # (B, H, L, L)
     if split_scale:
         return (s / head_dim ** 0.5
@@ -403,8 +420,10 @@ def check_absorbed_scores(
             k = torch.cat([k_c, k_r.expand(-1, heads, -1, -1)], -1)
             expected = q @ k.mT / (head_dim + rope) ** 0.5
             mistakes = [
-                (SCORES["latent_rotated"],
-                 partial(_scores, m, x, rotate_latent=True)),
+                *((SCORES["latent_rotated"],
+                   partial(_scores, m, x, rotate_latent=where))
+                  for where in ("both", "latents", "query", "content",
+                                "whole")),
                 (SCORES["not_rotated"], partial(_scores, m, x,
                                                 rotate=False)),
                 (SCORES["no_rope"], partial(_scores, m, x, rope=False)),
@@ -445,3 +464,55 @@ def check_absorbed_scores(
         return deferred
     return Verdict(True, "q_h . [W_uk[h] c ; rope(k_r)] = (q_h @ W_uk[h]) "
                          ". c + rope(q_r) . rope(k_r), over sqrt(D + R)")
+
+
+BOUND = catalogue(
+    "check_decode_flops_per_byte", 18,
+    half_flops=("a multiply-add is 2 FLOPs: a score of d_k numbers costs "
+                "2 d_k FLOPs, a weighted value 2 d_v", _BOUND),
+    numbers=("that divides by numbers, not bytes: each cached number is "
+             "2 bytes in bfloat16", _BOUND),
+    kv_apart=("that is h_q s_q: either the values' bytes were counted "
+              "apart from the keys' (in MLA they are the keys' first C "
+              "numbers, read with them: 2 d_k bytes a token) or the "
+              "weighted values' FLOPs were left out", _BOUND),
+    no_new_tokens=("each of the s_q new tokens of every query head "
+                   "scores and sums over the whole cache: multiply by "
+                   "s_q", _BOUND),
+    per_head=("the query heads share one cache: its bytes are read once "
+              "for all h_q heads, not once per head", _BOUND),
+    approximate=("that is the approximation 2 h_q s_q; the count is "
+                 "h_q s_q (d_k + d_v) / d_k", _BOUND),
+    inverted=("that is bytes per FLOP: divide the FLOPs by the bytes",
+              _BOUND),
+)
+
+
+def check_decode_flops_per_byte(fn: Callable[..., float]) -> Verdict:
+    """Exercise 18.5: ``fn(query_heads, new_tokens, key_width,
+    value_width)`` is the FLOPs per byte of cache read by MLA's absorbed
+    decoding (FlashMLA's count): per cached token, a score and a weighted
+    value for each query head and new token, ``2 h_q s_q (d_k + d_v)``
+    FLOPs, over the token's bfloat16 key, ``2 d_k`` bytes, whose first
+    ``d_v`` numbers are its value."""
+    for heads, new, d_k, d_v in ((4, 3, 10, 6), (32, 1, 576, 512),
+                                 (128, 2, 576, 512)):
+        call = attempt(fn, heads, new, d_k, d_v)
+        if call.verdict is not None:
+            return call.verdict
+        flops = 2 * heads * new * (d_k + d_v)
+        problem = check_number(call.label, call.value, flops / (2 * d_k),
+                               rel=1e-9, mistakes=[
+            (BOUND["half_flops"], flops / 2 / (2 * d_k)),
+            (BOUND["numbers"], flops / d_k),
+            (BOUND["kv_apart"], heads * new),
+            (BOUND["no_new_tokens"], flops / new / (2 * d_k)),
+            (BOUND["per_head"], flops / (2 * d_k * heads)),
+            (BOUND["approximate"], 2 * heads * new),
+            (BOUND["inverted"], 2 * d_k / flops),
+        ])
+        if problem is not None:
+            return problem
+    return Verdict(True, "h_q s_q (d_k + d_v) / d_k FLOPs per byte: 2 h_q "
+                         "s_q (d_k + d_v) FLOPs per cached token over its "
+                         "2 d_k bytes")
