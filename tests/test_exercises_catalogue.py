@@ -4506,3 +4506,16 @@ def _llama_relu(p, x):
 
 
 WRONG["check_llama_block"]["relu"] = lambda: (_llama_relu,)
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.1: the window turned forward, (k >= q) & (k - q < w), gets
+# its own hint (the review's classic answer).
+WRONG["check_document_window_mod"]["forward"] = lambda: (
+    lambda d, w: lambda b, h, q, kv: (
+        (d[q] == d[kv]) & (kv >= q) & (kv - q < w)),)
+
+
+def test_chapter17_final_forward_window_is_named():
+    verdict = _check("check_document_window_mod", WRONG[
+        "check_document_window_mod"]["forward"]())
+    assert not verdict and "looks forward" in verdict.message, verdict
