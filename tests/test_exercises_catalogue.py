@@ -4634,3 +4634,16 @@ WRONG["check_decode_flops_per_byte"] = {
     "inverted": lambda: (lambda h, s, k, v: 1 / _flops_per_byte(h, s, k,
                                                                  v),),
 }
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.1: the window turned forward, (k >= q) & (k - q < w), gets
+# its own hint (the review's classic answer).
+WRONG["check_document_window_mod"]["forward"] = lambda: (
+    lambda d, w: lambda b, h, q, kv: (
+        (d[q] == d[kv]) & (kv >= q) & (kv - q < w)),)
+
+
+def test_chapter17_final_forward_window_is_named():
+    verdict = _check("check_document_window_mod", WRONG[
+        "check_document_window_mod"]["forward"]())
+    assert not verdict and "looks forward" in verdict.message, verdict

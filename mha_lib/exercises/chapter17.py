@@ -36,6 +36,10 @@ DOC_WINDOW = catalogue(
     future=("the queries see later keys of their document (a window "
             "reaching both ways, or none back): add the causal part "
             "q_idx >= kv_idx", _WINDOW),
+    forward=("the window looks forward: each query sees itself and the "
+             "window - 1 later keys of its document; it should see the "
+             "earlier ones, q_idx >= kv_idx and q_idx - kv_idx < window",
+             _WINDOW),
     leak=("the window reaches across a document boundary: a query may "
           "attend only keys of its own document, document_id[q_idx] == "
           "document_id[kv_idx]", _FLEX),
@@ -175,6 +179,8 @@ def check_document_window_mod(
                  same & past & (gap < window - 1)),
                 (DOC_WINDOW["future"], same & (gap < window)),
                 (DOC_WINDOW["future"], same & (gap.abs() < window)),
+                (DOC_WINDOW["forward"],
+                 same & (gap <= 0) & (-gap < window)),
                 (DOC_WINDOW["leak"], past & (gap < window)),
                 (DOC_WINDOW["strict"], same & (gap > 0) & (gap < window)),
                 (DOC_WINDOW["no_window"], same & past),
