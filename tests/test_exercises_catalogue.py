@@ -4647,3 +4647,15 @@ def test_chapter17_final_forward_window_is_named():
     verdict = _check("check_document_window_mod", WRONG[
         "check_document_window_mod"]["forward"]())
     assert not verdict and "looks forward" in verdict.message, verdict
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.3: ("p", "ug</w>") as the third merge is both the unweighted
+# count and a misread 7 against 8: the hint gives the two weighted counts.
+
+
+def test_chapter1_final_p_for_b_names_both_counts():
+    verdict = _check("check_bpe_merges", WRONG["check_bpe_merges"][
+        "unweighted"]())
+    message = " ".join(verdict.message.split())
+    assert not verdict.ok
+    assert "7 times (pug)" in message and "8 times (bug)" in message

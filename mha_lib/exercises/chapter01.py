@@ -424,9 +424,11 @@ BPE = catalogue(
     no_end_marker=("these are the merges without the end-of-word marker: "
                    "every word ends in \"</w>\", which pairs with the last "
                    "letter like any other symbol", SECTION),
-    unweighted=("each word was counted once: a pair occurs as many times "
-                "as the words that hold it, times their counts (\"bug\" "
-                "8 times)", SECTION),
+    unweighted=("a pair is counted as many times as the words that hold "
+                "it, times their counts: after the first two merges, "
+                "(\"p\", \"ug</w>\") is counted 7 times (pug) and "
+                "(\"b\", \"ug</w>\") 8 times (bug); counted once a "
+                "word, the two would tie", SECTION),
     not_recounted=("these are the most frequent pairs of the first count; "
                    "after each merge the words change, so count the pairs "
                    "again, the new symbol included", SECTION),
