@@ -4659,3 +4659,43 @@ def test_chapter1_final_p_for_b_names_both_counts():
     message = " ".join(verdict.message.split())
     assert not verdict.ok
     assert "7 times (pug)" in message and "8 times (bug)" in message
+
+# --- chapter 14: more planted mistakes (final round) ---
+# Exercise 14.4: a mask without the diagonal (j < past + i), built with
+# SDPA or by hand, gets 14.3's hint, not the generic "different values";
+# the wrong-axis hint after the exception text starts a sentence.
+
+def _step_no_diagonal(by_hand):
+    def step(q, k_new, v_new, past_k, past_v):
+        k = torch.cat([past_k, k_new], dim=2)
+        v = torch.cat([past_v, v_new], dim=2)
+        past = past_k.size(2)
+        j = torch.arange(k.size(2))
+        i = torch.arange(q.size(2))[:, None]
+        mask = j < past + i  # the diagonal left out
+        if not by_hand:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return out, k, v
+        scores = (q @ k.mT / q.size(-1) ** 0.5).masked_fill(
+            ~mask, float("-inf"))
+        return scores.softmax(-1) @ v, k, v
+    return step
+
+
+WRONG["check_cached_step"]["no_diagonal"] = lambda: (
+    _step_no_diagonal(False),)
+WRONG["check_cached_step"]["no_diagonal/by_hand"] = lambda: (
+    _step_no_diagonal(True),)
+
+
+def test_cached_step_names_the_missing_diagonal():
+    for name in ("no_diagonal", "no_diagonal/by_hand"):
+        verdict = _check("check_cached_step",
+                         WRONG["check_cached_step"][name]())
+        assert not verdict.ok
+        assert "leaves out the diagonal" in verdict.message, verdict
+
+
+def test_cached_step_wrong_axis_hint_starts_a_sentence():
+    verdict = _check("check_cached_step", (_step_cat_on(1),))
+    assert ". The concatenation is on the wrong axis" in verdict.message

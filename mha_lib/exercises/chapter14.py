@@ -363,11 +363,15 @@ STEP = catalogue(
               "Why divide by $\\sqrt{d_k}$", 6),
     inverted=("the mask is inverted: a bool attn_mask is True where a "
               "key may be attended (masked_fill takes ~mask)", _ALIGN),
+    no_diagonal=("the mask leaves out the diagonal: a token may attend "
+                 "itself, so new token i sees keys 0 to past + i "
+                 "(j <= past + i), as causal_mask(q_len, k_len) does",
+                 _ALIGN),
     returned_new=("it returns only the new keys and values: return the "
                   "past ones with the new ones appended, "
                   "torch.cat([past, new], dim=2), the whole cache",
                   _CACHE_SECTION),
-    cat_axis=("the concatenation is on the wrong axis: positions are "
+    cat_axis=("The concatenation is on the wrong axis: positions are "
               "dim 2 of (B, H, L, D), torch.cat([past, new], dim=2)",
               _CACHE_SECTION),
     swapped=("the keys and values are swapped: return (out, keys, "
@@ -430,6 +434,7 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
         out, keys, values = call.value
         qn, kn, vn, pk, pv = args
         both_k, both_v = torch.cat([pk, kn], 2), torch.cat([pv, vn], 2)
+        strict = torch.ones(size, end, dtype=torch.bool).tril(start - 1)
         mistakes = [
             (STEP["top_left"], _reference_step(
                 qn, both_k, both_v,
@@ -448,6 +453,12 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                 qn, both_k, both_v, attn_mask=~causal_mask(size, end))),
             (STEP["inverted"], _reference_step(
                 qn, both_k, both_v, ~causal_mask(size, end))),
+            # the diagonal left out (j < past + i): the first token of
+            # a prompt has no key left (zeros from SDPA, NaN by hand)
+            (STEP["no_diagonal"], F.scaled_dot_product_attention(
+                qn, both_k, both_v, attn_mask=strict)),
+            (STEP["no_diagonal"], _reference_step(
+                qn, both_k, both_v, strict)),
             (STEP["softmax_axis"], _reference_step(
                 qn, both_k, both_v, causal_mask(size, end), dim=-2)),
         ]
