@@ -4699,3 +4699,39 @@ def test_cached_step_names_the_missing_diagonal():
 def test_cached_step_wrong_axis_hint_starts_a_sentence():
     verdict = _check("check_cached_step", (_step_cat_on(1),))
     assert ". The concatenation is on the wrong axis" in verdict.message
+
+# --- chapter 18: more planted mistakes (final round) ---
+# Exercise 18.4: keys rebuilt by hand from m.k_up.weight (no m.k_up
+# call), merged or one head at a time, are refused as rebuilt keys;
+# exercise 18.5: integer division // is named.
+
+
+def _scores18_by_hand(m, x, per_head=False):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = split_heads(m.q_proj(x), heads)
+    q_r = apply_rotary(split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)[:, None]
+    c, w, d = m.kv_down(x), m.k_up.weight, m.head_dim
+    if per_head:
+        s = torch.stack([q[:, h] @ (c @ w[h * d:(h + 1) * d].T).mT
+                         for h in range(heads)], 1)
+    else:
+        s = q @ split_heads(c @ w.T, heads).mT  # keys rebuilt
+    return (s + q_r @ k_r.mT) / math.sqrt(d + m.rope_dim)
+
+
+WRONG["check_absorbed_scores"]["rebuilt_keys/by_hand"] = lambda: (
+    _scores18_by_hand,)
+WRONG["check_absorbed_scores"]["rebuilt_keys/per_head"] = lambda: (
+    lambda m, x: _scores18_by_hand(m, x, per_head=True),)
+WRONG["check_decode_flops_per_byte"]["floor_division"] = lambda: (
+    lambda h, s, k, v: 2 * h * s * (k + v) // (2 * k),)
+
+
+def test_chapter18_final_keys_by_hand_and_floor_division_are_named():
+    verdict = _check("check_absorbed_scores",
+                     WRONG["check_absorbed_scores"]["rebuilt_keys/by_hand"]())
+    assert "by hand" in verdict.message, verdict.message
+    verdict = _check("check_decode_flops_per_byte", WRONG[
+        "check_decode_flops_per_byte"]["floor_division"]())
+    assert "//" in verdict.message, verdict.message

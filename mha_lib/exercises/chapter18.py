@@ -9,6 +9,7 @@ import torch
 
 from mha_lib.cache import KVCache
 from mha_lib.exercises.verdict import (
+    Recorder,
     Verdict,
     attempt,
     calls_to,
@@ -314,8 +315,8 @@ SCORES = catalogue(
                  "content and rotary parts are two halves of one dot "
                  "product of D + R numbers, not scaled by 1/sqrt(D) and "
                  "1/sqrt(R) apart", _ROPE),
-    rebuilt_keys=("that calls m.k_up on the latents, which rebuilds "
-                  "every head's keys: "
+    rebuilt_keys=("that rebuilds every head's keys from the latents "
+                  "(m.k_up on them, or by hand with m.k_up.weight): "
                   "the explicit form. The absorbed form rebuilds none: "
                   "move W_uk to the query side (exercise 18.1's "
                   "absorb_query, with m.k_up.weight) and score the "
@@ -329,6 +330,37 @@ def _on_tokens(tokens: torch.Size, args: tuple) -> bool:
     that read its matrix, is no rebuild."""
     return bool(args) and isinstance(args[0], torch.Tensor) \
         and args[0].shape[:-1] == tokens
+
+
+def _rebuilt_by_hand(record: Recorder, keys: torch.Tensor) -> bool:
+    """Whether the reader's code handed a torch function the rebuilt
+    content keys ``keys`` ``(B, H, L, D)``, in any of their layouts:
+    ``(B, L, H * D)``, ``(B, L, H, D)``, ``(B, H, L, D)``, one head's
+    ``(B, L, D)``, one sequence's, or one sequence's one head: keys
+    rebuilt by hand, ``c @ m.k_up.weight.T``, where no ``m.k_up`` call
+    shows them. The right answer never holds them: its latent queries
+    are ``C`` wide and its scores ``L``."""
+    batch, heads, length, width = keys.shape
+    merged = keys.transpose(1, 2)  # (B, L, H, D)
+    layouts = [keys, merged, merged.flatten(2)]
+    layouts += [keys[:, h] for h in range(heads)]  # (B, L, D)
+    layouts += [one for b in range(batch) for one in (
+        keys[b], merged[b], merged[b].flatten(1),
+        *(keys[b, h] for h in range(heads)))]
+    shapes = {tuple(k.shape) for k in layouts}
+    for _, args, kwargs in record.calls:
+        given = [*args, *kwargs.values()]
+        given += [t for a in given if isinstance(a, (list, tuple))
+                  for t in a]
+        for a in given:
+            if not isinstance(a, torch.Tensor) or not \
+                    a.is_floating_point() or tuple(a.shape) not in shapes:
+                continue
+            a = a.detach().to(keys.dtype)
+            if any(a.shape == k.shape and torch.allclose(
+                    a, k, atol=1e-5, rtol=1e-4) for k in layouts):
+                return True
+    return False
 
 
 def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
@@ -385,9 +417,10 @@ def check_absorbed_scores(
     and softmax, ``(B, H, L, L)``, computed in the absorbed form: the
     latent query ``q_h @ W_uk[h]`` against the latents plus the rotated
     rotary query against the shared rotated rotary key, over
-    ``sqrt(D + R)``; checked against the scores over rebuilt keys. A
-    call of ``m.k_up`` on the latents (every head's keys rebuilt) is
-    refused."""
+    ``sqrt(D + R)``; checked against the scores over rebuilt keys.
+    Rebuilt keys are refused: a call of ``m.k_up`` on the latents, or
+    the keys themselves (``c @ m.k_up.weight.T``) in the reader's
+    code."""
     generator = torch.Generator().manual_seed(20)
     # D = C first: there a transposed block still fits the shapes. There
     # a scale over sqrt(D) is one over sqrt(C): the next modules, with
@@ -411,6 +444,9 @@ def check_absorbed_scores(
         if called:
             return SCORES["rebuilt_keys"].verdict(call.label)
         with torch.no_grad():
+            rebuilt = split_heads(m.k_up(m.kv_down(x)), heads)
+            if _rebuilt_by_hand(call.record, rebuilt):
+                return SCORES["rebuilt_keys"].verdict(call.label)
             # the naive form: every head's key rebuilt, then rotated part
             pos = torch.arange(x.size(1))
             q = torch.cat([split_heads(m.q_proj(x), heads), apply_rotary(
@@ -485,6 +521,9 @@ BOUND = catalogue(
                  "h_q s_q (d_k + d_v) / d_k", _BOUND),
     inverted=("that is bytes per FLOP: divide the FLOPs by the bytes",
               _BOUND),
+    floor_division=("that is rounded down: // is integer (floor) "
+                    "division; divide with /, the ratio need not be a "
+                    "whole number", _BOUND),
 )
 
 
@@ -510,6 +549,7 @@ def check_decode_flops_per_byte(fn: Callable[..., float]) -> Verdict:
             (BOUND["per_head"], flops / (2 * d_k * heads)),
             (BOUND["approximate"], 2 * heads * new),
             (BOUND["inverted"], 2 * d_k / flops),
+            (BOUND["floor_division"], flops // (2 * d_k)),
         ])
         if problem is not None:
             return problem
