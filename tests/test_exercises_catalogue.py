@@ -4735,3 +4735,28 @@ def test_chapter18_final_keys_by_hand_and_floor_division_are_named():
     verdict = _check("check_decode_flops_per_byte", WRONG[
         "check_decode_flops_per_byte"]["floor_division"]())
     assert "//" in verdict.message, verdict.message
+
+
+# --- chapter 13: more planted mistakes (final round) ---
+# Exercise 13.1: the softmax's 5 B H L^2 FLOPs added to Q K^T's (the
+# page's table lists them next to it); 13.2: the scores counted with the
+# weights (two (B, H, L, L) tensors).
+def _intensity_softmax_added(b, length, d, h, dtype):
+    size = torch.empty((), dtype=dtype).element_size()
+    flops = 2 * b * h * length ** 2 * (d // h) + 5 * b * h * length ** 2
+    return flops / ((2 * b * length * d + b * h * length ** 2) * size)
+
+
+WRONG["check_score_intensity"]["softmax_flops"] = lambda: (
+    _intensity_softmax_added,)
+WRONG["check_weights_mib"]["scores_too"] = lambda: (
+    lambda b, length, h, dtype: 2 * b * h * length ** 2 * (
+        torch.finfo(dtype).bits // 8) / 2**20,)
+
+
+def test_chapter13_final_softmax_and_scores_are_named():
+    for checker, name, words in (
+            ("check_score_intensity", "softmax_flops", "softmax"),
+            ("check_weights_mib", "scores_too", "scores S")):
+        verdict = _check(checker, WRONG[checker][name]())
+        assert not verdict and words in verdict.message, verdict

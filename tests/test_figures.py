@@ -113,8 +113,9 @@ def test_every_figure_is_shown_somewhere() -> None:
 def test_tiling_follows_the_online_softmax() -> None:
     r = make_figures.online_softmax()
     assert (r.length, r.block, r.head_dim) == (6, 2, 2)
-    # The row drawn rescales at every block: its maximum grows each time.
-    assert all(0 < c < 1 for c in r.correction[1:])
+    # The row drawn shows both cases: one block leaves the maximum unchanged
+    # (factor 1), another raises it sharply (a factor well below 1).
+    assert 1.0 in r.correction[1:] and min(r.correction[1:]) < 0.5
     assert r.running_max == tuple(sorted(r.running_max))
     assert make_figures.tiles_at(6, 2) == (9, 6)
     assert make_figures.tiles_at(1000, 128) == (64, 36)  # chapter 13's numbers

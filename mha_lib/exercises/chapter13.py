@@ -57,6 +57,9 @@ INTENSITY = catalogue(
                     "2 * B * L * head_dim", _BYTES),
     value_counted=("Q K^T reads only Q and K; V is read later, by P V: "
                    "count Q and K read and S written", _BYTES),
+    softmax_flops=("that adds the softmax's 5 * B * H * L^2 FLOPs: the "
+                   "score product Q K^T alone does 2 * B * H * L^2 * "
+                   "head_dim; the softmax is another step", _WORK),
     numbers_not_bytes=("that divides by numbers moved, not bytes: "
                        "multiply each count by the bytes per number "
                        "(torch.finfo(dtype).bits // 8)", _BYTES),
@@ -124,6 +127,9 @@ def check_score_intensity(
                                                 + length**2)),
                 (INTENSITY["value_counted"],
                  right * (reads + length**2) / (1.5 * reads + length**2)),
+                (INTENSITY["softmax_flops"],
+                 right * (2 * (d_model // num_heads) + 5)
+                 / (2 * (d_model // num_heads))),
                 (INTENSITY["numbers_not_bytes"], right * size),
                 (INTENSITY["bits"], right / 8),
                 (INTENSITY["inverted"], 1 / right),
@@ -167,6 +173,9 @@ MIB = catalogue(
                 "(L, L), L * L numbers, one per query and key", _MEMORY),
     one_head=("that is one head's weights: each of the num_heads heads "
               "has its own (L, L) weights, (B, H, L, L) in all", _MEMORY),
+    scores_too=("that is twice the weights: it counts the scores S as "
+                "well as the weights P; the question asks for P alone, "
+                "one (B, H, L, L) tensor", _MEMORY),
     elements=("that counts elements: multiply by the bytes per element, "
               "4 in float32, 2 in float16 and bfloat16 "
               "(torch.finfo(dtype).bits // 8)", _MEMORY),
@@ -217,6 +226,8 @@ def check_weights_mib(
             (MIB["one_length"], expected / args[1]),
             (MIB["elements"], expected / size),
         ]
+        if size == 4:  # in 16 bits twice the weights is float32's size
+            mistakes.append((MIB["scores_too"], expected * 2))
         # A number two mistakes share at these sizes names neither.
         values = [wrong for _, wrong in mistakes]
         mistakes = [(m, w) for m, w in mistakes
