@@ -4760,3 +4760,45 @@ def test_chapter13_final_softmax_and_scores_are_named():
             ("check_weights_mib", "scores_too", "scores S")):
         verdict = _check(checker, WRONG[checker][name]())
         assert not verdict and words in verdict.message, verdict
+
+# --- chapter 12: more planted mistakes (final round) ---
+# Exercise 12.2 is now causal, as Llama is: the right answers pass
+# is_causal=True (or the causal mask); the forward without a mask is a
+# named mistake, and every earlier planted layout, written without the
+# mask, still gets its own hint. Attention fed norm1(x) as the query only
+# is named in check_llama_block; an inverted mask in check_pre_norm.
+
+def _llama_causal(p, x, kv=None, is_causal=True, mask=None):
+    h = p.norm1(x)
+    kv = h if kv is None else kv
+    h = x + p.attn(h, kv, kv, mask=mask, need_weights=False,
+                   is_causal=is_causal)[0]
+    z = p.norm2(h)
+    return h + p.w2(F.silu(p.w1(z)) * p.w3(z))
+
+
+def _pre_norm_inverted(block, x, mask=None):
+    h = x + block.attn(block.norm1(x), mask=None if mask is None else ~mask,
+                       need_weights=False)[0]
+    return h + block.linear2(block.activation(block.linear1(block.norm2(h))))
+
+
+RIGHT["check_llama_block"] = [
+    lambda: (_llama_causal,),
+    lambda: (lambda p, x: _llama_causal(
+        p, x, is_causal=False, mask=causal_mask(x.size(1))),)]
+del WRONG["check_llama_block"]["causal_mask"]
+WRONG["check_llama_block"]["no_mask"] = lambda: (
+    lambda p, x: _llama_causal(p, x, is_causal=False),)
+WRONG["check_llama_block"]["raw_key_value"] = lambda: (
+    lambda p, x: _llama_causal(p, x, kv=x),)
+WRONG["check_llama_block"]["raw_key_value/no_mask"] = lambda: (
+    lambda p, x: _llama_causal(p, x, kv=x, is_causal=False),)
+WRONG["check_pre_norm"]["inverted_mask"] = lambda: (_pre_norm_inverted,)
+
+
+def test_chapter12_final_pre_norm_says_when_the_mask_is_not_checked():
+    two = _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
+    three = _check("check_pre_norm", (_pre_norm_masked,))
+    assert two and "not checked with a mask" in two.message
+    assert three and "not checked" not in three.message

@@ -265,6 +265,11 @@ PRE_NORM = catalogue(
     mask_ignored=("with a mask (its third argument) this gives the "
                   "output without one: pass the mask on to attention, "
                   "block.attn(h, mask=mask, need_weights=False)", _BLOCK),
+    inverted_mask=("with a mask (its third argument) this gives the "
+                   "output of the inverted mask, ~mask: the book's masks "
+                   "are True = may attend, so pass the mask on as it is "
+                   "(only PyTorch's own layers take True = blocked)",
+                   _BLOCK),
 )
 
 
@@ -287,6 +292,7 @@ def _check_masked(fn: Callable, block: TransformerBlock, x: torch.Tensor,
     with torch.no_grad():
         expected, _ = block(x, mask=mask)
         unmasked, _ = block(x)
+        inverted, _ = block(x, mask=~mask)
         call = attempt(fn, block, x.clone(), mask, explain=_explain)
     if call.verdict is not None:
         return call.verdict
@@ -294,7 +300,8 @@ def _check_masked(fn: Callable, block: TransformerBlock, x: torch.Tensor,
         return PRE_NORM["pair"].verdict(call.label)
     return check_tensor(
         call.label, call.value, expected, axes="(B, L, d_model)",
-        mistakes=[(PRE_NORM["mask_ignored"], unmasked)])
+        mistakes=[(PRE_NORM["mask_ignored"], unmasked),
+                  (PRE_NORM["inverted_mask"], inverted)])
 
 
 def _explain(error: BaseException, _: object) -> object:
@@ -376,7 +383,8 @@ def check_pre_norm(
     :class:`~mha_lib.TransformerBlock` in eval mode, from its parts,
     without a mask: ``(B, L, d_model)`` to ``(B, L, d_model)``; when
     ``fn`` takes a third argument, ``fn(block, x, mask)`` is checked with
-    a padding mask ``(B, 1, 1, L)`` too."""
+    a padding mask ``(B, 1, 1, L)`` too (the verdict says when it was
+    not)."""
     generator = torch.Generator().manual_seed(12)
     cases = ((2, 5, 8, 4, "gelu"), (1, 3, 6, 2, "relu"),
              (3, 1, 4, 1, "gelu"))
@@ -419,16 +427,21 @@ def check_pre_norm(
                     "fresh_norm1", "fresh_norm2")])
         if problem is not None:
             return problem
-        if length > 1 and _takes_mask(fn):  # with a padding mask too
+        masked = _takes_mask(fn)
+        if length > 1 and masked:  # with a padding mask too
             mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
-            mask[0, ..., length // 2 + 1:] = False  # True = may attend
+            # True = may attend; padding in every sequence, so that the
+            # inverted mask leaves every query a key
+            mask[..., length // 2 + 1:] = False
             problem = _check_masked(fn, block, x, mask)
             if problem is not None:
                 return problem
+    unchecked = ("" if masked else " (not checked with a mask: the "
+                 "function takes no third argument, mask)")
     return Verdict(
         True, "h = x + attn(norm1(x)), then "
               "h + linear2(act(linear1(norm2(h)))): the residual stream "
-              "itself is never normalised")
+              "itself is never normalised" + unchecked)
 
 
 LLAMA_BLOCK = catalogue(
@@ -480,8 +493,12 @@ LLAMA_BLOCK = catalogue(
              "(F.silu), silu(w1(z)) * w3(z)", _LLAMA),
     relu=("this uses ReLU (ReGLU): SwiGLU's activation is SiLU, "
           "z * sigmoid(z) (F.silu), silu(w1(z)) * w3(z)", _LLAMA),
-    causal_mask=("this applies a causal mask: the exercise's forward has "
-                 "none, every token attends to every token", _BLOCK),
+    no_mask=("this attention has no causal mask: Llama is a decoder, "
+             "each token attends to itself and the tokens before it, "
+             "block.attn(h, need_weights=False, is_causal=True)", _BLOCK),
+    raw_key_value=("attention gets norm1(x) as the query only: the keys "
+                   "and values must be normalised too, attn(norm1(x))",
+                   _BLOCK),
     pair_sum=("block.attn(...) returns a pair (output, weights): take "
               "[0] before adding it to x", _BLOCK),
     in_place=("this changes the caller's x in place (x += ...): write "
@@ -506,12 +523,14 @@ class LlamaParts(nn.Module):
         self.w2 = nn.Linear(d_ff, d_model, bias=False)
 
 
-def _llama_forward(p: LlamaParts, x: torch.Tensor,
-                   how: str = "right") -> torch.Tensor:
-    """Llama's block forward, or a usual wrong one."""
+def _llama_forward(p: LlamaParts, x: torch.Tensor, how: str = "right",
+                   causal: bool = True) -> torch.Tensor:
+    """Llama's block forward (causal), or a usual wrong one; with
+    ``causal=False`` the wrong one as written without the mask too."""
     def attn(h):
-        return p.attn(h, need_weights=False,
-                      is_causal=how == "causal_mask")[0]
+        kv = x if how == "raw_key_value" else None
+        return p.attn(h, kv, kv, need_weights=False,
+                      is_causal=causal and how != "no_mask")[0]
 
     def ffn(z):
         a, g = p.w1(z), p.w3(z)
@@ -574,9 +593,10 @@ def check_llama_block(
     fn: Callable[[LlamaParts, torch.Tensor], torch.Tensor],
 ) -> Verdict:
     """Exercise 12.2: ``fn(block, x)`` is Llama's block forward from the
-    parts of a :class:`LlamaParts` (pre-norm with RMSNorms, attention
-    without biases and without a mask, the SwiGLU FFN), ``(B, L,
-    d_model)`` to ``(B, L, d_model)``."""
+    parts of a :class:`LlamaParts` (pre-norm with RMSNorms, causal
+    attention without biases, the SwiGLU FFN), ``(B, L, d_model)`` to
+    ``(B, L, d_model)``. A wrong layout is named with or without the
+    causal mask."""
     generator = torch.Generator().manual_seed(13)
     for batch, length, d_model, heads, d_ff in ((2, 5, 8, 2, 24),
                                                 (1, 3, 6, 3, 16)):
@@ -602,14 +622,16 @@ def check_llama_block(
             problem = check_tensor(
                 call.label, call.value, expected, axes="(B, L, d_model)",
                 mistakes=[(LLAMA_BLOCK[how.rstrip("12")],
-                           partial(_llama_forward, block, x, how))
+                           partial(_llama_forward, block, x, how, causal))
+                          for causal in (True, False)
                           for how in (*LLAMA_BLOCK, "normalised_stream1",
                                       "normalised_stream2", "final_norm1",
                                       "final_norm2")
-                          if how not in ("pair_sum", "in_place")])
+                          if how not in ("pair_sum", "in_place")
+                          and (causal or how != "no_mask")])
         if problem is not None:
             return problem
     return Verdict(
-        True, "h = x + attn(norm1(x)), then h + w2(silu(w1(z)) * w3(z)) "
-              "with z = norm2(h): RMSNorms before each sublayer, no "
-              "biases, the stream never normalised")
+        True, "h = x + attn(norm1(x)) (causal), then h + w2(silu(w1(z)) "
+              "* w3(z)) with z = norm2(h): RMSNorms before each "
+              "sublayer, no biases, the stream never normalised")
