@@ -1526,8 +1526,11 @@ def window_cache(w: WindowPicture) -> Svg:
         "positions between calls and writes each new one after them; when the storage is "
         "full it copies the kept positions to the front. " + "; ".join(steps) + ". Right: "
         f"the ring buffer (Mistral's rolling buffer) of W = {W} slots, where position i "
-        "goes to slot i mod W and overwrites the oldest in place.")
-    svg = Svg(388, f"A sliding window of W = {W} and the cache that serves it", desc)
+        "goes to slot i mod W, drawn as rolling_buffer_attention uses it: each row shows "
+        "the ring before the write and the new token beside it; the token reads the ring's "
+        f"last {W - 1} positions and itself, then overwrites the slot that held position "
+        f"t - {W}, which it did not read.")
+    svg = Svg(400, f"A sliding window of W = {W} and the cache that serves it", desc)
     svg.text(WIDTH / 2, 24, f"A sliding window, W = {W}, on the running example "
              f"(L = {L})", size=15, weight="bold")
     # Left: the mask.
@@ -1588,27 +1591,35 @@ def window_cache(w: WindowPicture) -> Svg:
                      size=13, anchor="start", fill=HOT_EDGE)
             svg.text(sx + w.capacity * sw + 8, y + 28, "copied to front", size=13,
                      anchor="start", fill=HOT_EDGE)
-    # Right: Mistral's rolling buffer.
-    mx, mw = 630, 36
-    svg.text(mx + W * mw / 2, 48, "ring buffer", size=13.5, weight="bold")
-    svg.text(mx + W * mw / 2, 68, "slot = i mod W", size=13.5, fill=MUTED)
+    # Right: the ring buffer as rolling_buffer_attention uses it: each token reads
+    # [ring ; itself] first, then overwrites slot t mod W (which held t - W).
+    mx, mw = 614, 30
+    nx = mx + W * mw + 8  # the new token, beside the ring
+    svg.text(mx + (W * mw + 8 + mw) / 2, 48, "ring buffer", size=13.5, weight="bold")
+    svg.text(mx + (W * mw + 8 + mw) / 2, 68, "slot = i mod W", size=13.5, fill=MUTED)
     for i in range(W):
         svg.text(mx + (i + 0.5) * mw, 89, f"{i}", size=13, fill=MUTED)
+    svg.text(nx + mw / 2, 89, "new", size=13, fill=MUTED)
     for t in range(L):
         y = top + t * rh
         for i in range(W):
-            held = [pos for pos in range(t + 1) if pos % W == i]
+            held = [pos for pos in range(t) if pos % W == i]  # before the write
             x = mx + i * mw
             if not held:
                 svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill="#ffffff", stroke=BOX_EDGE,
                          dash="3 2", rx=3)
                 continue
             pos = held[-1]
-            new = pos == t
-            svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill=HOT if new else ACCENT,
-                     stroke=HOT_EDGE if new else ACCENT_EDGE, rx=3, width=1.6)
+            reading = t - pos < W
+            svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill=ACCENT if reading else "#f9fafb",
+                     stroke=ACCENT_EDGE if reading else BOX_EDGE, rx=3,
+                     width=1.6 if reading else 1)
             svg.text(x + mw / 2, y + 21, str(pos), size=14, family=MONO,
-                     weight="bold" if new else "normal")
+                     fill=INK if reading else FADED)
+        svg.rect(nx + 2, y + 2, mw - 4, rh - 6, fill=HOT, stroke=HOT_EDGE, rx=3, width=1.6)
+        svg.text(nx + mw / 2, y + 21, str(t), size=14, family=MONO, weight="bold")
+    for k, line in enumerate(("reads [ring ; new],", "then writes new", "over slot t mod W")):
+        svg.text(mx, top + L * rh + 58 + 17 * k, line, size=13, anchor="start")
     ly = top + L * rh + 20
     legend = [(HOT, HOT_EDGE, "written now"), (ACCENT, ACCENT_EDGE, "read"),
               ("#f9fafb", BOX_EDGE, "held, not read")]
