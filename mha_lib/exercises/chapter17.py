@@ -399,15 +399,35 @@ def _dense_score_mod(score_mod: Callable,
         return None
 
 
-def _named_mistake(label: str, given: torch.Tensor,
-                   expected: torch.Tensor,
-                   mistakes: list) -> Verdict | None:
-    """The catalogued mistake ``given`` makes, when ``check_tensor`` names
-    one; ``None`` when it is right or wrong in a way no hint names."""
-    problem = check_tensor(label, given, expected, mistakes=mistakes)
-    named = {mistake.verdict(label).message for mistake, _ in mistakes}
-    return problem if problem is not None and \
-        problem.message in named else None
+def _judge_score_mod(made, q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor, expected: torch.Tensor,
+                     mistakes: list, python_math, *, flex: bool,
+                     raw: Callable | None = None) -> Verdict | None:
+    """``None`` when the answer's score_mod gives ``expected``, the output
+    ``softmax(changed scores) @ v`` ``(B, H, L, D)``, else the verdict.
+    The score_mod is called first on all the scores at once: cheap, and
+    a catalogued mistake is named there, before any FlexAttention trace
+    (``raw(changed)`` may name one that the softmax hides). Then it runs
+    in eager flex_attention: when ``flex``, or when the dense call failed
+    (a function that works only inside flex_attention)."""
+    label = f"flex_attention with the score_mod of {made.label}"
+    scores = q @ k.mT / math.sqrt(q.size(-1))  # (B, H, L, L)
+    changed = _dense_score_mod(made.value, scores)
+    if changed is not None:
+        if raw is not None and (problem := raw(changed)) is not None:
+            return problem
+        problem = check_tensor(label, torch.softmax(changed, dim=-1) @ v,
+                               expected, mistakes=mistakes)
+        named = {mistake.verdict(label).message for mistake, _ in mistakes}
+        if problem is not None and problem.message in named:
+            return problem
+        if problem is None and not flex:
+            return None
+    given, refused = _run_score_mod(made, q, k, v, python_math)
+    if refused is not None:
+        return refused
+    return check_tensor(label, given, expected, axes="(B, H, L, D)",
+                        mistakes=mistakes)
 
 
 def check_bidirectional_alibi(
@@ -436,7 +456,6 @@ def check_bidirectional_alibi(
         if made.verdict is not None:
             return made.verdict
         m = slopes[:, None, None]  # (H, 1, 1)
-        label = f"flex_attention with the score_mod of {made.label}"
         expected = out(scores - m * distance)
         mistakes = [
             (BIDIRECTIONAL["sign"], out(scores + m * distance)),
@@ -446,25 +465,18 @@ def check_bidirectional_alibi(
              out(scores - slopes[0] * distance)),
             (BIDIRECTIONAL["no_score"], out(-m * distance)),
         ]
-        dense = _dense_score_mod(made.value, scores)
-        if dense is not None:
+
+        def key_only(changed: torch.Tensor, m=m, label=made.label):
             # the softmax cannot tell m_h * j from the signed decoder
             # bias; the raw scores can
-            if torch.allclose(dense, scores + m * j, atol=1e-5):
+            if torch.allclose(changed, scores + m * j, atol=1e-5):
                 return BIDIRECTIONAL["key_only"].verdict(
-                    f"the score_mod of {made.label}")
-            named = _named_mistake(label, out(dense), expected, mistakes)
-            if named is not None:
-                return named
-            if not first and check_tensor(label, out(dense),
-                                          expected) is None:
-                continue  # it ran in flex_attention with the first slopes
-        given, refused = _run_score_mod(made, q, k, v,
-                                        BIDIRECTIONAL["python_math"])
-        if refused is not None:
-            return refused
-        problem = check_tensor(label, given, expected,
-                               axes="(B, H, L, D)", mistakes=mistakes)
+                    f"the score_mod of {label}")
+            return None
+
+        problem = _judge_score_mod(
+            made, q, k, v, expected, mistakes,
+            BIDIRECTIONAL["python_math"], flex=first, raw=key_only)
         if problem is not None:
             return problem
     return Verdict(True, "score - slopes[h] * (q_idx - kv_idx).abs(): a "
@@ -519,7 +531,6 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
         made = attempt(fn, cap)
         if made.verdict is not None:
             return made.verdict
-        label = f"flex_attention with the score_mod of {made.label}"
         expected = out(cap * torch.tanh(scores / cap))
         mistakes = [
             (SOFTCAP["fixed_cap"], out(50 * torch.tanh(scores / 50))),
@@ -537,20 +548,8 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
             (SOFTCAP["scaled_again"],
              out(cap * torch.tanh(scores / cap) / root)),
         ]
-        dense = _dense_score_mod(made.value, scores)
-        if dense is not None:
-            named = _named_mistake(label, out(dense), expected, mistakes)
-            if named is not None:
-                return named
-            if not first and check_tensor(label, out(dense),
-                                          expected) is None:
-                continue  # it ran in flex_attention with the first cap
-        given, refused = _run_score_mod(made, q, k, v,
-                                        SOFTCAP["math_tanh"])
-        if refused is not None:
-            return refused
-        problem = check_tensor(label, given, expected,
-                               axes="(B, H, L, D)", mistakes=mistakes)
+        problem = _judge_score_mod(made, q, k, v, expected, mistakes,
+                                   SOFTCAP["math_tanh"], flex=first)
         if problem is not None:
             return problem
     return Verdict(True, "cap * torch.tanh(score / cap), right for the "
