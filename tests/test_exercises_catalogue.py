@@ -4802,3 +4802,23 @@ def test_chapter12_final_pre_norm_says_when_the_mask_is_not_checked():
     three = _check("check_pre_norm", (_pre_norm_masked,))
     assert two and "not checked with a mask" in two.message
     assert three and "not checked" not in three.message
+
+
+# --- chapter 13: more planted mistakes (round 40) ---
+
+WRONG["check_weights_mib"]["one_batch"] = lambda: (
+    lambda b, length, h, dtype: h * length * length
+    * (torch.finfo(dtype).bits // 8) / 2**20,)
+WRONG["check_tiled_softmax"]["whole_row/special"] = lambda: (
+    lambda s, b: torch.special.softmax(s, -1),)
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("special_softmax", lambda s, b: torch.special.softmax(s, -1)),
+    ("log_softmax", lambda s, b: F.log_softmax(s, -1).exp()),
+    ("exp2", lambda s, b: torch.exp2(s)
+     / torch.exp2(s).sum(-1, keepdim=True)),
+])
+def test_chapter13_round40_whole_row_names_the_call(name, fn):
+    verdict = _check("check_tiled_softmax", (fn,))
+    assert not verdict and f"called {name} on 7 scores" in verdict.message

@@ -173,6 +173,9 @@ MIB = catalogue(
                 "(L, L), L * L numbers, one per query and key", _MEMORY),
     one_head=("that is one head's weights: each of the num_heads heads "
               "has its own (L, L) weights, (B, H, L, L) in all", _MEMORY),
+    one_batch=("that is one sequence's weights: each of the batch's B "
+               "sequences has its own (H, L, L) weights, (B, H, L, L) in "
+               "all", _MEMORY),
     scores_too=("that is twice the weights: it counts the scores S as "
                 "well as the weights P; the question asks for P alone, "
                 "one (B, H, L, L) tensor", _MEMORY),
@@ -223,6 +226,7 @@ def check_weights_mib(
             (MIB["gibibytes"], expected / 2**10),
             (MIB["integer_division"], round(expected * 2**20) // 2**20),
             (MIB["one_head"], expected / args[2]),
+            (MIB["one_batch"], expected / args[0]),
             (MIB["one_length"], expected / args[1]),
             (MIB["elements"], expected / size),
         ]
@@ -250,7 +254,11 @@ _WHOLE_ROW = {
     torch.log_softmax, torch.Tensor.log_softmax, torch.exp,
     torch.Tensor.exp, torch.max, torch.Tensor.max, torch.amax,
     torch.Tensor.amax, torch.sum, torch.Tensor.sum, torch.logsumexp,
-    torch.Tensor.logsumexp,
+    torch.Tensor.logsumexp, torch.nn.functional.log_softmax,
+    torch.special.softmax, torch.special.log_softmax,
+    torch.special.logsumexp, torch.Tensor.exp_, torch.exp2,
+    torch.special.exp2, torch.expm1, torch.Tensor.expm1,
+    torch.special.expm1,
 }
 
 
