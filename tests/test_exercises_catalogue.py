@@ -4822,3 +4822,23 @@ WRONG["check_tiled_softmax"]["whole_row/special"] = lambda: (
 def test_chapter13_round40_whole_row_names_the_call(name, fn):
     verdict = _check("check_tiled_softmax", (fn,))
     assert not verdict and f"called {name} on 7 scores" in verdict.message
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.3: a score_mod that closes over a fixed slopes tensor (the
+# page's slopes4) and the decoder's causal ALiBi pasted into the encoder
+# each get their own hint, not "N of 224 entries are off".
+_SLOPES4 = torch.tensor([2 ** (-8 * (h + 1) / 4) for h in range(4)])
+WRONG["check_bidirectional_alibi"]["fixed_slopes"] = lambda: (
+    lambda s: lambda score, b, h, q, kv: (
+        score - _SLOPES4[h] * (q - kv).abs()),)
+WRONG["check_bidirectional_alibi"]["causal"] = lambda: (
+    lambda s: lambda score, b, h, q, kv: torch.where(
+        q >= kv, score - s[h] * (q - kv), -math.inf),)
+
+
+def test_chapter17_final_fixed_slopes_and_causal_alibi_are_named():
+    for name, words in (("fixed_slopes", "fixed outside"),
+                        ("causal", "an encoder has no causal mask")):
+        verdict = _check("check_bidirectional_alibi",
+                         WRONG["check_bidirectional_alibi"][name]())
+        assert not verdict and words in verdict.message, verdict

@@ -341,6 +341,14 @@ BIDIRECTIONAL = catalogue(
               "the more: use -slopes[h] * (q_idx - kv_idx).abs()", _ALIBI),
     one_slope=("every head uses the same slope: index the slopes by the "
                "head, slopes[h]", _ALIBI),
+    fixed_slopes=("the bias is the same whatever slopes you are given: use "
+                  "the slopes argument, slopes[h], not a tensor fixed "
+                  "outside the function (such as the page's slopes4)",
+                  _ALIBI),
+    causal=("that is the decoder's causal ALiBi: an encoder has no causal "
+            "mask, every query sees every key; drop the -inf and penalise "
+            "both sides, score - slopes[h] * (q_idx - kv_idx).abs()",
+            _ALIBI),
     no_score=("the score is gone: a score_mod returns the changed score, "
               "score - slopes[h] * |q_idx - kv_idx|, not the bias alone",
               _FLEX),
@@ -464,7 +472,13 @@ def check_bidirectional_alibi(
             (BIDIRECTIONAL["one_slope"],
              out(scores - slopes[0] * distance)),
             (BIDIRECTIONAL["no_score"], out(-m * distance)),
+            (BIDIRECTIONAL["causal"],
+             out((scores - m * distance).masked_fill(j > i, -math.inf))),
         ]
+        if not first:  # the first slopes are alibi_slopes(4)
+            fixed = torch.tensor(alibi_slopes(4))[:, None, None]
+            mistakes.append((BIDIRECTIONAL["fixed_slopes"],
+                             out(scores - fixed * distance)))
 
         def key_only(changed: torch.Tensor, m=m, label=made.label):
             # the softmax cannot tell m_h * j from the signed decoder
