@@ -4802,3 +4802,19 @@ def test_chapter12_final_pre_norm_says_when_the_mask_is_not_checked():
     three = _check("check_pre_norm", (_pre_norm_masked,))
     assert two and "not checked with a mask" in two.message
     assert three and "not checked" not in three.message
+
+# --- chapter 12: more planted mistakes (final round) ---
+# Exercise 12.1: one LayerNorm too many per block (+2 d). Exercise 12.4:
+# attention counted with two d x d matrices (K and V shared, as in GQA).
+
+WRONG["check_block_params"]["three_norms"] = lambda: (
+    lambda d, f: block_params(d, f) + 2 * d,)
+WRONG["check_llama_block_params"]["two_attention_matrices"] = lambda: (
+    lambda d, f: _llama_params(d, f) - 2 * d * d,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_block_params", "three_norms"),
+    ("check_llama_block_params", "two_attention_matrices")])
+def test_chapter12_round40_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
