@@ -4842,3 +4842,19 @@ def test_chapter17_final_fixed_slopes_and_causal_alibi_are_named():
         verdict = _check("check_bidirectional_alibi",
                          WRONG["check_bidirectional_alibi"][name]())
         assert not verdict and words in verdict.message, verdict
+
+# --- chapter 12: more planted mistakes (final round) ---
+# Exercise 12.1: one LayerNorm too many per block (+2 d). Exercise 12.4:
+# attention counted with two d x d matrices (K and V shared, as in GQA).
+
+WRONG["check_block_params"]["three_norms"] = lambda: (
+    lambda d, f: block_params(d, f) + 2 * d,)
+WRONG["check_llama_block_params"]["two_attention_matrices"] = lambda: (
+    lambda d, f: _llama_params(d, f) - 2 * d * d,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_block_params", "three_norms"),
+    ("check_llama_block_params", "two_attention_matrices")])
+def test_chapter12_round40_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

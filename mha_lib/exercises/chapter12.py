@@ -46,6 +46,10 @@ PARAMS = catalogue(
               "LayerNorms, one for each sublayer, and each has gamma "
               "and beta, d_model each (leaving out one LayerNorm and "
               "leaving out both betas give this same count)", "LayerNorm"),
+    three_norms=("2 d_model too many: one LayerNorm too many. A block "
+                 "has two, one for each sublayer; the final LayerNorm "
+                 "of a pre-norm stack follows the whole stack (count it "
+                 "once for the model), not each block", "LayerNorm"),
     no_biases=("the biases are missing: d_model for each of the four "
                "attention layers, d_ff and d_model for the two FFN layers",
                "The feed-forward network"),
@@ -92,6 +96,7 @@ def _wrong_counts(d: int, d_ff: int) -> list:
             (PARAMS["biases_and_norms"], right - 8 * d - d_ff - d),
             (PARAMS["two_attention_matrices"], right - 2 * d * d),
             (PARAMS["one_norm"], right - 2 * d),
+            (PARAMS["three_norms"], right + 2 * d),
             (PARAMS["no_biases"], right - 5 * d - d_ff),
             (PARAMS["no_output_projection"], right - d * d - d),
             (PARAMS["four_d_model"], _count(d, 4 * d)),
@@ -153,6 +158,11 @@ LLAMA = catalogue(
     final_norm=("one d_model too many: the final RMSNorm follows the "
                 "whole stack (count it once for the model), not each "
                 "block", _LLAMA),
+    two_attention_matrices=("attention has four d_model x d_model "
+                            "matrices (Q, K, V and the output); in "
+                            "Llama 7B every head has its own keys and "
+                            "values, none shared as in grouped-query "
+                            "attention", _LLAMA),
     transformer_block=("this is the count of Exercise 12.1's "
                        "TransformerBlock (biases, two FFN matrices, "
                        "LayerNorms with beta); Llama's block has no "
@@ -178,6 +188,7 @@ def _wrong_llama_counts(d: int, d_ff: int) -> list:
             (LLAMA["no_norms"], right - 2 * d),
             (LLAMA["one_rms_norm"], right - d),
             (LLAMA["final_norm"], right + d),
+            (LLAMA["two_attention_matrices"], right - 2 * d * d),
             (LLAMA["transformer_block"], _count(d, d_ff))]
 
 
