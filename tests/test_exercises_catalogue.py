@@ -4857,4 +4857,57 @@ WRONG["check_llama_block_params"]["two_attention_matrices"] = lambda: (
     ("check_block_params", "three_norms"),
     ("check_llama_block_params", "two_attention_matrices")])
 def test_chapter12_round40_mistakes_get_their_hints(checker, name):
+
+# --- chapter 14: more planted mistakes (final round) ---
+# Exercise 14.1: num_kv_heads counted twice in kv_cache_bytes; fits with a
+# float32 cache, or with 32 key/value heads hard-coded (its argument
+# ignored). Exercise 14.4: a float 0/1 attn_mask (SDPA adds it to the
+# scores), and the scores divided by D instead of sqrt(D).
+
+def _bytes_kv_twice(num_layers, num_kv_heads, head_dim, length, batch,
+                    bytes_per_number):
+    return 2 * num_layers * num_kv_heads ** 2 * head_dim * length \
+        * batch * bytes_per_number
+
+
+def _fits_float32_cache(num_kv_heads):
+    free = 80 * 2**30 - 2 * _PARAMS_7B
+    per_token = 2 * 32 * num_kv_heads * 128 * 4
+    return free // (4096 * per_token), free // (32 * per_token)
+
+
+def _fits_kv_ignored(num_kv_heads):
+    return _fits()(32)
+
+
+def _step_float_mask(q, k_new, v_new, past_k, past_v):
+    k = torch.cat([past_k, k_new], dim=2)
+    v = torch.cat([past_v, v_new], dim=2)
+    mask = causal_mask(q.size(2), k.size(2)).float()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask), k, v
+
+
+def _step_scaled_by_d(q, k_new, v_new, past_k, past_v):
+    k = torch.cat([past_k, k_new], dim=2)
+    v = torch.cat([past_v, v_new], dim=2)
+    mask = causal_mask(q.size(2), k.size(2))
+    w = (q @ k.mT / q.size(-1)).masked_fill(~mask, float("-inf"))
+    return w.softmax(-1) @ v, k, v
+
+
+WRONG["check_cache_bytes"]["kv_heads_twice"] = lambda: (_bytes_kv_twice,)
+WRONG["check_cache_capacity"]["float32_cache"] = lambda: (
+    _fits_float32_cache,)
+WRONG["check_cache_capacity"]["kv_ignored"] = lambda: (_fits_kv_ignored,)
+WRONG["check_cached_step"]["float_mask"] = lambda: (_step_float_mask,)
+WRONG["check_cached_step"]["scaled_by_d"] = lambda: (_step_scaled_by_d,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_cache_bytes", "kv_heads_twice"),
+    ("check_cache_capacity", "float32_cache"),
+    ("check_cache_capacity", "kv_ignored"),
+    ("check_cached_step", "float_mask"),
+    ("check_cached_step", "scaled_by_d")])
+def test_chapter14_final_round40_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)

@@ -41,6 +41,9 @@ CACHE = catalogue(
     all_heads=("that counts the 32 query heads H of the 7B-like model; "
                "the cache holds num_kv_heads (H_kv) key/value heads",
                _SIZE),
+    kv_heads_twice=("num_kv_heads is counted twice: the cache holds "
+                    "num_kv_heads heads per layer, one factor H_kv",
+                    _SIZE),
 )
 
 
@@ -78,6 +81,7 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["gib"], full / 2**30),
             (CACHE["gib"], full / 10**9),
             (CACHE["all_heads"], full // num_kv_heads * 32),
+            (CACHE["kv_heads_twice"], full * num_kv_heads),
         ])
         if problem is not None:
             return problem
@@ -100,6 +104,11 @@ FITS = catalogue(
     float32_weights=("that counts the weights in float32, 4 bytes a "
                      "parameter; in float16 they take 2 x params bytes",
                      _SIZE),
+    float32_cache=("that counts the cache in float32, 4 bytes a number; "
+                   "the 7B-like model caches float16, 2 bytes", _SIZE),
+    kv_ignored=("fits ignores its argument: every head count gets the "
+                "answer for 32 key/value heads; use num_kv_heads in the "
+                "bytes of a sequence and of a position", _SIZE),
     swapped=("the two answers are swapped: return (sequences at "
              "L = 4,096, length at batch 32), in that order", _SIZE),
 )
@@ -150,6 +159,9 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                     (FITS["keys_only"], free // (unit // 2)),
                     (FITS["float32_weights"],
                      (80 * 2**30 - 2 * weights) // unit),
+                    (FITS["float32_cache"], free // (2 * unit)),
+                    (FITS["kv_ignored"],
+                     free // (unit // num_kv_heads * 32)),
                 ])
             if problem is not None:
                 return problem
@@ -376,6 +388,12 @@ STEP = catalogue(
               _CACHE_SECTION),
     swapped=("the keys and values are swapped: return (out, keys, "
              "values), the keys second", _CACHE_SECTION),
+    float_mask=("a float attn_mask is added to the scores, not used to "
+                "hide keys: SDPA adds your 0s and 1s; pass the bool mask "
+                "(True = may attend)", _ALIGN),
+    scaled_by_d=("the scores are divided by D: divide q @ k^T by "
+                 "sqrt(D), the square root of the head dimension",
+                 "Why divide by $\\sqrt{d_k}$", 6),
     softmax_axis=("the softmax runs over the queries (dim -2): each "
                   "query's weights over the keys must sum to 1, "
                   "softmax(dim=-1)", _CACHE_SECTION),
@@ -459,6 +477,12 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                 qn, both_k, both_v, attn_mask=strict)),
             (STEP["no_diagonal"], _reference_step(
                 qn, both_k, both_v, strict)),
+            (STEP["float_mask"], F.scaled_dot_product_attention(
+                qn, both_k, both_v,
+                attn_mask=causal_mask(size, end).float())),
+            (STEP["scaled_by_d"], _reference_step(
+                qn, both_k, both_v, causal_mask(size, end),
+                scale=1.0 / D)),
             (STEP["softmax_axis"], _reference_step(
                 qn, both_k, both_v, causal_mask(size, end), dim=-2)),
         ]
