@@ -4802,3 +4802,21 @@ def test_chapter12_final_pre_norm_says_when_the_mask_is_not_checked():
     three = _check("check_pre_norm", (_pre_norm_masked,))
     assert two and "not checked with a mask" in two.message
     assert three and "not checked" not in three.message
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.2: float ids or float lengths get one named hint (ids and
+# lengths alike: whole numbers), not a bare dtype message for the ids only.
+WRONG["check_padded_batch"]["floats"] = lambda: (
+    [[12.0, 13, 3, 8], [1, 2, 10, 0]], [4, 3])
+WRONG["check_padded_batch"]["floats/lengths"] = lambda: (
+    [[12, 13, 3, 8], [1, 2, 10, 0]], [4.0, 3.0])
+WRONG["check_padded_batch"]["floats/tensors"] = lambda: (
+    torch.tensor([[12, 13, 3, 8], [1, 2, 10, 0]]),
+    torch.tensor([4.0, 3.0]))
+
+
+@pytest.mark.parametrize("name", ["floats", "floats/lengths",
+                                  "floats/tensors"])
+def test_chapter1_final_float_ids_and_lengths_get_one_hint(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_padded_batch", name)

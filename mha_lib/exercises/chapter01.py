@@ -253,6 +253,8 @@ PADDED = catalogue(
                     "pads to the longest text of this batch, 4 tokens "
                     "(not, say, to the 6 of the running example)",
                     "Padding sentences of different lengths"),
+    floats=("ids and lengths are whole numbers: write them as integers "
+            "(4, not 4.0); encode returns int64", "Encoding a batch"),
 )
 
 
@@ -306,10 +308,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
                            mistakes=[(PADDED["transposed"], want_ids.T),
                                      (PADDED["left_padding"], left),
                                      (PADDED["swapped"], swapped)])
-    if problem is None and isinstance(ids, torch.Tensor) \
-            and ids.is_floating_point():
-        problem = Verdict(False, f"ids should be integers (int64), got "
-                                 f"{ids.dtype}")
+    if problem is None and ids.is_floating_point():
+        return PADDED["floats"].verdict("ids")
     if problem is not None:
         return problem
     problem = check_tensor(
@@ -317,6 +317,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
             (PADDED["padded_lengths"],
              torch.full_like(want_lengths, want_ids.size(1))),
             (PADDED["pad_counts"], want_ids.size(1) - want_lengths)])
+    if problem is None and lengths.is_floating_point():
+        return PADDED["floats"].verdict("lengths")
     if problem is not None:
         return problem
     return Verdict(
