@@ -4820,3 +4820,23 @@ WRONG["check_padded_batch"]["floats/tensors"] = lambda: (
 def test_chapter1_final_float_ids_and_lengths_get_one_hint(name):
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_padded_batch", name)
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.4: the scores of the padded (4, 6) batch that involve a pad
+# (27 of 144); each classic miscount gets its hint.
+RIGHT["check_pad_scores"] = [lambda: (27,), lambda: (torch.tensor(27),)]
+WRONG["check_pad_scores"] = {
+    "one_side": lambda: (18,),
+    "pad_pad_twice": lambda: (36,),
+    "pad_pad_only": lambda: (9,),
+    "no_pad": lambda: (117,),
+    "share": lambda: (27 / 144,),
+    "share/percent": lambda: (18.75,),
+    "pads": lambda: (3,),
+}
+
+
+def test_chapter1_final_pad_scores_refuses_a_string_and_a_near_miss():
+    assert not _check("check_pad_scores", ("27",))
+    verdict = _check("check_pad_scores", (28,))
+    assert not verdict and "27" not in verdict.message
