@@ -4911,3 +4911,41 @@ WRONG["check_cached_step"]["scaled_by_d"] = lambda: (_step_scaled_by_d,)
     ("check_cached_step", "scaled_by_d")])
 def test_chapter14_final_round40_mistakes_get_their_hints(checker, name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.2: float ids or float lengths get one named hint (ids and
+# lengths alike: whole numbers), not a bare dtype message for the ids only.
+WRONG["check_padded_batch"]["floats"] = lambda: (
+    [[12.0, 13, 3, 8], [1, 2, 10, 0]], [4, 3])
+WRONG["check_padded_batch"]["floats/lengths"] = lambda: (
+    [[12, 13, 3, 8], [1, 2, 10, 0]], [4.0, 3.0])
+WRONG["check_padded_batch"]["floats/tensors"] = lambda: (
+    torch.tensor([[12, 13, 3, 8], [1, 2, 10, 0]]),
+    torch.tensor([4.0, 3.0]))
+
+
+@pytest.mark.parametrize("name", ["floats", "floats/lengths",
+                                  "floats/tensors"])
+def test_chapter1_final_float_ids_and_lengths_get_one_hint(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_padded_batch", name)
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.4: the scores of the padded (4, 6) batch that involve a pad
+# (27 of 144); each classic miscount gets its hint.
+RIGHT["check_pad_scores"] = [lambda: (27,), lambda: (torch.tensor(27),)]
+WRONG["check_pad_scores"] = {
+    "one_side": lambda: (18,),
+    "pad_pad_twice": lambda: (36,),
+    "pad_pad_only": lambda: (9,),
+    "no_pad": lambda: (117,),
+    "share": lambda: (27 / 144,),
+    "share/percent": lambda: (18.75,),
+    "pads": lambda: (3,),
+}
+
+
+def test_chapter1_final_pad_scores_refuses_a_string_and_a_near_miss():
+    assert not _check("check_pad_scores", ("27",))
+    verdict = _check("check_pad_scores", (28,))
+    assert not verdict and "27" not in verdict.message

@@ -12,6 +12,7 @@ from mha_lib.exercises.verdict import (
     Verdict,
     attempt,
     catalogue,
+    check_number,
     check_tensor,
 )
 from mha_lib.text import build_vocab, encode, tokenize
@@ -22,6 +23,7 @@ __all__ = [
     "check_padded_batch",
     "check_bpe_merges",
     "check_bpe_split",
+    "check_pad_scores",
     "strip_all_punctuation",
     "BPE_CORPUS",
 ]
@@ -253,6 +255,8 @@ PADDED = catalogue(
                     "pads to the longest text of this batch, 4 tokens "
                     "(not, say, to the 6 of the running example)",
                     "Padding sentences of different lengths"),
+    floats=("ids and lengths are whole numbers: write them as integers "
+            "(4, not 4.0); encode returns int64", "Encoding a batch"),
 )
 
 
@@ -306,10 +310,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
                            mistakes=[(PADDED["transposed"], want_ids.T),
                                      (PADDED["left_padding"], left),
                                      (PADDED["swapped"], swapped)])
-    if problem is None and isinstance(ids, torch.Tensor) \
-            and ids.is_floating_point():
-        problem = Verdict(False, f"ids should be integers (int64), got "
-                                 f"{ids.dtype}")
+    if problem is None and ids.is_floating_point():
+        return PADDED["floats"].verdict("ids")
     if problem is not None:
         return problem
     problem = check_tensor(
@@ -317,6 +319,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
             (PADDED["padded_lengths"],
              torch.full_like(want_lengths, want_ids.size(1))),
             (PADDED["pad_counts"], want_ids.size(1) - want_lengths)])
+    if problem is None and lengths.is_floating_point():
+        return PADDED["floats"].verdict("lengths")
     if problem is not None:
         return problem
     return Verdict(
@@ -569,3 +573,57 @@ def check_bpe_split(pieces: list[str]) -> Verdict:
     return Verdict(False, f"pieces: apply the three merges, in order, to "
                           f"{' '.join([*word, '</w>'])} "
                           f"(see '{SECTION}' in chapter 1)")
+
+
+PAD_SCORES = catalogue(
+    "check_pad_scores", 1,
+    one_side=("that counts a pad on one side only: a pad takes part as a "
+              "query (its row of scores) and as a key (its column); "
+              "count both, and the scores between two pads once",
+              "Padding sentences of different lengths"),
+    pad_pad_twice=("the scores between two pads are counted twice (once "
+                   "as queries, once as keys), or the whole row is: its "
+                   "scores between two real tokens involve no pad",
+                   "Padding sentences of different lengths"),
+    pad_pad_only=("that counts only the scores between two pads; a score "
+                  "between a pad and a real token involves a pad too",
+                  "Padding sentences of different lengths"),
+    no_pad=("that is the number of scores with no pad at all; the "
+            "question asks for those that involve a pad",
+            "Padding sentences of different lengths"),
+    share=("give the number of scores, not their share",
+           "Padding sentences of different lengths"),
+    pads=("that is the number of pads, not of scores: every pad has a "
+          "row and a column of scores", "Padding sentences of different "
+                                        "lengths"),
+)
+
+
+def check_pad_scores(n: int) -> Verdict:
+    """Exercise 1.4: how many of the L x L attention scores of chapter
+    1's padded batch (the running example and ``"What is next?"``,
+    (B, L) = (4, 6)) involve a pad, as the query, the key or both."""
+    texts = [*SENTENCES, "What is next?"]
+    stoi = build_vocab(texts, specials=("<pad>",))
+    ids, lengths = encode(texts, stoi, pad_id=0)
+    real = ids != 0  # (B, L): a real token
+    no_pad = real[:, :, None] & real[:, None, :]  # (B, L, L)
+    total = no_pad.numel()
+    want = total - int(no_pad.sum())
+    pads = int((~real).sum())
+    one_side = int((~real).sum() * ids.size(1))  # pads' rows only
+    pad_pad = int(((~real).sum(1) ** 2).sum())  # between two pads
+    problem = check_number("n", n, want, mistakes=[
+        (PAD_SCORES["one_side"], one_side),
+        (PAD_SCORES["pad_pad_twice"], 2 * one_side),
+        (PAD_SCORES["pad_pad_only"], pad_pad),
+        (PAD_SCORES["no_pad"], total - want),
+        (PAD_SCORES["share"], want / total),
+        (PAD_SCORES["share"], 100 * want / total),
+        (PAD_SCORES["pads"], pads),
+    ])
+    if problem is not None:
+        return problem
+    return Verdict(True, f"{want} of the {total} scores involve a pad: "
+                         f"a larger share than the pads' {pads} of "
+                         f"{real.numel()} positions")
