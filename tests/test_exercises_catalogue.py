@@ -4857,6 +4857,8 @@ WRONG["check_llama_block_params"]["two_attention_matrices"] = lambda: (
     ("check_block_params", "three_norms"),
     ("check_llama_block_params", "two_attention_matrices")])
 def test_chapter12_round40_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
 
 # --- chapter 14: more planted mistakes (final round) ---
 # Exercise 14.1: num_kv_heads counted twice in kv_cache_bytes; fits with a
