@@ -4951,3 +4951,14 @@ def test_chapter1_final_pad_scores_refuses_a_string_and_a_near_miss():
     assert not _check("check_pad_scores", ("27",))
     verdict = _check("check_pad_scores", (28,))
     assert not verdict and "27" not in verdict.message
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercise 1.2: the two lengths in the wrong order ([3, 4]) get their own
+# hint, not a generic "off by up to 1".
+WRONG["check_padded_batch"]["swapped_lengths"] = lambda: (
+    [[12, 13, 3, 8], [1, 2, 10, 0]], [3, 4])
+
+
+def test_chapter1_final_swapped_lengths_get_their_hint():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_padded_batch", "swapped_lengths")

@@ -245,6 +245,10 @@ PADDED = catalogue(
     swapped=("the rows are in the wrong order: row 0 is \"What will "
              "come next?\", row 1 \"A basic split!\"",
              "Padding sentences of different lengths"),
+    swapped_lengths=("the lengths are in the wrong order: lengths[b] "
+                     "is the length of row b, 4 for \"What will come "
+                     "next?\", then 3", "Padding sentences of "
+                                        "different lengths"),
     ragged=("the rows have different lengths: pad the shorter one with "
             "the id of \"<pad>\" to the length of the longer",
             "Padding sentences of different lengths"),
@@ -318,7 +322,8 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
         "lengths", lengths, want_lengths, axes="(B,)", mistakes=[
             (PADDED["padded_lengths"],
              torch.full_like(want_lengths, want_ids.size(1))),
-            (PADDED["pad_counts"], want_ids.size(1) - want_lengths)])
+            (PADDED["pad_counts"], want_ids.size(1) - want_lengths),
+            (PADDED["swapped_lengths"], want_lengths.flip(0))])
     if problem is None and lengths.is_floating_point():
         return PADDED["floats"].verdict("lengths")
     if problem is not None:
