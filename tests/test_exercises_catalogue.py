@@ -4962,3 +4962,33 @@ WRONG["check_padded_batch"]["swapped_lengths"] = lambda: (
 def test_chapter1_final_swapped_lengths_get_their_hint():
     test_the_planted_mistake_is_refused_with_its_hint(
         "check_padded_batch", "swapped_lengths")
+
+# --- chapter 12: more planted mistakes (final round) ---
+# Exercise 12.4: Exercise 12.1's biases and LayerNorm betas carried into
+# the Llama count (SwiGLU's three biases, or 12.1's d_ff + d). Exercise
+# 12.2: F.layer_norm without the gain for both RMSNorms.
+
+WRONG["check_llama_block_params"]["carried_over"] = lambda: (
+    lambda d, f: _llama_params(d, f) + 4 * d + 2 * f + d + 2 * d,)
+WRONG["check_llama_block_params"]["carried_over/ffn"] = lambda: (
+    lambda d, f: _llama_params(d, f) + 4 * d + f + d + 2 * d,)
+
+
+def _llama_layer_norm(p, x):
+    def n(h):
+        return F.layer_norm(h, h.shape[-1:])
+    h = x + p.attn(n(x), need_weights=False, is_causal=True)[0]
+    z = n(h)
+    return h + p.w2(F.silu(p.w1(z)) * p.w3(z))
+
+
+WRONG["check_llama_block"]["layer_norm_no_gain"] = lambda: (
+    _llama_layer_norm,)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_llama_block_params", "carried_over"),
+    ("check_llama_block_params", "carried_over/ffn"),
+    ("check_llama_block", "layer_norm_no_gain")])
+def test_chapter12_round42_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)

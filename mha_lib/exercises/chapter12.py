@@ -163,6 +163,10 @@ LLAMA = catalogue(
                             "Llama 7B every head has its own keys and "
                             "values, none shared as in grouped-query "
                             "attention", _LLAMA),
+    carried_over=("this carries Exercise 12.1's biases and LayerNorm "
+                  "betas over: Llama's linear layers have no biases "
+                  "(attention or FFN) and its RMSNorms have a gain gamma "
+                  "only, d_model each: 4 d^2 + 3 d d_ff + 2 d", _LLAMA),
     transformer_block=("this is the count of Exercise 12.1's "
                        "TransformerBlock (biases, two FFN matrices, "
                        "LayerNorms with beta); Llama's block has no "
@@ -189,6 +193,10 @@ def _wrong_llama_counts(d: int, d_ff: int) -> list:
             (LLAMA["one_rms_norm"], right - d),
             (LLAMA["final_norm"], right + d),
             (LLAMA["two_attention_matrices"], right - 2 * d * d),
+            # 12.1's biases (SwiGLU's three layers, or 12.1's d_ff + d)
+            # and the LayerNorms' betas, carried into the Llama count
+            (LLAMA["carried_over"], right + 4 * d + 2 * d_ff + d + 2 * d),
+            (LLAMA["carried_over"], right + 4 * d + d_ff + d + 2 * d),
             (LLAMA["transformer_block"], _count(d, d_ff))]
 
 
@@ -255,8 +263,8 @@ PRE_NORM = catalogue(
                    "attention comes first, h = x + attn(norm1(x)), then "
                    "the FFN, h + ffn(norm2(h))", _BLOCK),
     causal_mask=("this applies a causal mask (is_causal=True or a mask): "
-                 "the exercise's forward has none, every token attends "
-                 "to every token", _BLOCK),
+                 "the block checked has none (it is not causal), every "
+                 "token attends to every token", _BLOCK),
     output_norm=("this normalises each sublayer's output, x + "
                  "norm1(attn(x)): pre-norm normalises its input, "
                  "x + attn(norm1(x)), then h + ffn(norm2(h))", _BLOCK),
@@ -490,6 +498,11 @@ LLAMA_BLOCK = catalogue(
     layer_norm=("this subtracts the mean (LayerNorm): RMSNorm divides by "
                 "the root mean square only, gamma * x / sqrt(mean(x^2) "
                 "+ eps)", _LLAMA),
+    layer_norm_no_gain=("this is F.layer_norm without the gain: "
+                        "it subtracts the mean and drops gamma. Use "
+                        "block.norm1 and block.norm2, RMSNorms with "
+                        "their gamma, gamma * x / sqrt(mean(x^2) + eps)",
+                        _LLAMA),
     no_gain=("the norms' gain gamma is missing: use block.norm1 and "
              "block.norm2 (or rms_norm(h, block.norm1.weight))", _LLAMA),
     gate_swapped=("SiLU is on the gate: it goes on x W1, silu(w1(z)) * "
@@ -558,6 +571,10 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor, how: str = "right",
 
         def n2(h):
             return F.layer_norm(h, h.shape[-1:], p.norm2.weight, eps=1e-6)
+    if how == "layer_norm_no_gain":  # F.layer_norm, no weight
+        def n1(h):
+            return F.layer_norm(h, h.shape[-1:], eps=1e-6)
+        n2 = n1
     if how == "no_gain":
         def n1(h):
             return h * torch.rsqrt(h.square().mean(-1, keepdim=True) + 1e-6)
