@@ -4951,3 +4951,26 @@ def test_chapter1_final_pad_scores_refuses_a_string_and_a_near_miss():
     assert not _check("check_pad_scores", ("27",))
     verdict = _check("check_pad_scores", (28,))
     assert not verdict and "27" not in verdict.message
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.5: the loop started at n - W without max(0, ...), which
+# writes negative positions when n < W. Exercise 17.3: a squared distance.
+WRONG["check_ring_held"]["unclamped"] = lambda: (
+    lambda n, w: _ring_unclamped(n, w),)
+WRONG["check_bidirectional_alibi"]["squared"] = lambda: (
+    lambda s: lambda score, b, h, q, kv: score - s[h] * (q - kv) ** 2,)
+
+
+def _ring_unclamped(n, window):
+    held = [-window] * window
+    for t in range(n - window, n):  # no max(0, ...)
+        held[t % window] = t
+    return held
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_ring_held", "unclamped"),
+    ("check_bidirectional_alibi", "squared")])
+def test_chapter17_final_unclamped_ring_and_squared_distance(checker,
+                                                             name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
