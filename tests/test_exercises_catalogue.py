@@ -4991,4 +4991,26 @@ WRONG["check_llama_block"]["layer_norm_no_gain"] = lambda: (
     ("check_llama_block_params", "carried_over/ffn"),
     ("check_llama_block", "layer_norm_no_gain")])
 def test_chapter12_round42_mistakes_get_their_hints(checker, name):
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.5: the loop started at n - W without max(0, ...), which
+# writes negative positions when n < W. Exercise 17.3: a squared distance.
+WRONG["check_ring_held"]["unclamped"] = lambda: (
+    lambda n, w: _ring_unclamped(n, w),)
+WRONG["check_bidirectional_alibi"]["squared"] = lambda: (
+    lambda s: lambda score, b, h, q, kv: score - s[h] * (q - kv) ** 2,)
+
+
+def _ring_unclamped(n, window):
+    held = [-window] * window
+    for t in range(n - window, n):  # no max(0, ...)
+        held[t % window] = t
+    return held
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_ring_held", "unclamped"),
+    ("check_bidirectional_alibi", "squared")])
+def test_chapter17_final_unclamped_ring_and_squared_distance(checker,
+                                                             name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)

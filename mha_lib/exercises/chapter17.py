@@ -349,6 +349,10 @@ BIDIRECTIONAL = catalogue(
             "mask, every query sees every key; drop the -inf and penalise "
             "both sides, score - slopes[h] * (q_idx - kv_idx).abs()",
             _ALIBI),
+    squared=("that is a squared distance, a penalty that grows as "
+             "(q_idx - kv_idx) ** 2: ALiBi's penalty is linear in the "
+             "distance, score - slopes[h] * (q_idx - kv_idx).abs()",
+             _ALIBI),
     no_score=("the score is gone: a score_mod returns the changed score, "
               "score - slopes[h] * |q_idx - kv_idx|, not the bias alone",
               _FLEX),
@@ -471,6 +475,7 @@ def check_bidirectional_alibi(
             (BIDIRECTIONAL["one_sided"], out(scores - m * (j - i))),
             (BIDIRECTIONAL["one_slope"],
              out(scores - slopes[0] * distance)),
+            (BIDIRECTIONAL["squared"], out(scores - m * distance ** 2)),
             (BIDIRECTIONAL["no_score"], out(-m * distance)),
             (BIDIRECTIONAL["causal"],
              out((scores - m * distance).masked_fill(j > i, -math.inf))),
@@ -592,6 +597,10 @@ RING = catalogue(
               "slots (-W) come after the written ones", _RING),
     never_overwritten=("the ring keeps the first W positions: position t "
                        "overwrites slot t % W, which held t - W", _RING),
+    unclamped=("with fewer tokens than slots, the loop from n - W writes "
+               "negative positions (Python's % puts -1 in the last slot): "
+               "start at max(0, n - W), so that a slot never written "
+               "keeps -W", _RING),
     empty=("an empty slot holds -W, as held does in "
            "rolling_buffer_attention: a position at least W behind every "
            "query, which the window mask hides", _RING),
@@ -656,6 +665,8 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
                 (RING["in_order"], _ring(n, window).sort().values),
                 (RING["never_overwritten"], _ring(
                     n, window, range(min(n, window)))),
+                (RING["unclamped"], _ring(n, window,
+                                          range(n - window, n))),
                 (RING["empty"], _ring(n, window, empty=-1)),
                 (RING["empty"], _ring(n, window, empty=0)),
             ])
