@@ -4951,3 +4951,15 @@ def test_chapter1_final_pad_scores_refuses_a_string_and_a_near_miss():
     assert not _check("check_pad_scores", ("27",))
     verdict = _check("check_pad_scores", (28,))
     assert not verdict and "27" not in verdict.message
+
+# --- chapter 11: more planted mistakes (final round) ---
+# Exercise 11.2: a bool key_padding_mask with a float attn_mask (PyTorch
+# warns that mixing the kinds is deprecated; Appendix A's rule 1).
+WRONG["check_torch_masks"]["mixed_kinds"] = lambda: (lambda n, length: (
+    ~padding_mask(n, length)[:, 0, 0],
+    nn.Transformer.generate_square_subsequent_mask(length)),)
+WRONG["check_torch_masks"]["mixed_kinds/float_padding"] = lambda: (
+    lambda n, length: (
+        torch.zeros(len(n), length).masked_fill(
+            ~padding_mask(n, length)[:, 0, 0], float("-inf")),
+        ~causal_mask(length)),)
