@@ -5014,3 +5014,15 @@ def _ring_unclamped(n, window):
 def test_chapter17_final_unclamped_ring_and_squared_distance(checker,
                                                              name):
     test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
+# --- chapter 11: more planted mistakes (final round) ---
+# Exercise 11.2: a bool key_padding_mask with a float attn_mask (PyTorch
+# warns that mixing the kinds is deprecated; Appendix A's rule 1).
+WRONG["check_torch_masks"]["mixed_kinds"] = lambda: (lambda n, length: (
+    ~padding_mask(n, length)[:, 0, 0],
+    nn.Transformer.generate_square_subsequent_mask(length)),)
+WRONG["check_torch_masks"]["mixed_kinds/float_padding"] = lambda: (
+    lambda n, length: (
+        torch.zeros(len(n), length).masked_fill(
+            ~padding_mask(n, length)[:, 0, 0], float("-inf")),
+        ~causal_mask(length)),)

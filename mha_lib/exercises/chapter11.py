@@ -54,8 +54,8 @@ def _run_both_modes(module: nn.Module, *args, **kwargs) -> list:
     for training in (True, False):
         module.train(training)
         with torch.set_grad_enabled(training), warnings.catch_warnings():
-            # a float attn_mask with a bool key_padding_mask is right, but
-            # PyTorch warns that mixing the two types is deprecated
+            # a guard: check_torch_masks refuses a bool mask with a float
+            # one (PyTorch warns that mixing the kinds is deprecated)
             warnings.filterwarnings("ignore", "Support for mismatched")
             results.append(attempt(module, *args, **kwargs))
     return results
@@ -243,6 +243,11 @@ TORCH_MASKS = catalogue(
     float_mask=("a float mask is added to the scores, so a 0/1 mask blocks "
                 "nothing (and ~ does not invert a float tensor): keep the "
                 "bool masks and invert them, ~valid and ~causal", _MASKS),
+    mixed_kinds=("one mask is bool and the other float: PyTorch warns "
+                 "that mixing the kinds is deprecated; give both in one "
+                 "kind, the bool pair ~valid and ~causal (True = "
+                 "blocked), or both additive (-inf where blocked)",
+                 _MASKS),
 )
 
 
@@ -303,6 +308,11 @@ def check_torch_masks(
                 ("causal_transposed", same(attn_mask, ~causal.T))):
             if found:
                 return TORCH_MASKS[mistake].verdict(call.label)
+        if (isinstance(key_padding_mask, torch.Tensor)
+                and isinstance(attn_mask, torch.Tensor)
+                and key_padding_mask.is_floating_point()
+                != attn_mask.is_floating_point()):
+            return TORCH_MASKS["mixed_kinds"].verdict(call.label)
         with torch.no_grad():
             want, _ = m(x, mask=padding_mask(valid_lens, length) & causal)
         for run in _run_both_modes(t, x.clone().requires_grad_(), x, x,
