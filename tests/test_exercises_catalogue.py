@@ -4951,3 +4951,20 @@ def test_chapter1_final_pad_scores_refuses_a_string_and_a_near_miss():
     assert not _check("check_pad_scores", ("27",))
     verdict = _check("check_pad_scores", (28,))
     assert not verdict and "27" not in verdict.message
+
+# --- chapter 14: more planted mistakes (final round) ---
+# Exercise 14.3: the tril/triu mix-up, triu(past), gets its own hint; the
+# last q_len rows of a square tril are accepted as the bottom-right mask.
+WRONG["check_chunk_mask"]["triu"] = lambda: (
+    lambda q, p: torch.ones(q, p + q, dtype=torch.bool).triu(p),)
+
+
+def test_chapter14_final_triu_for_tril_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_chunk_mask", "triu")
+
+
+def test_chapter14_final_square_tril_rows_are_accepted():
+    verdict = _check("check_chunk_mask", (
+        lambda q, p: torch.ones(p + q, p + q, dtype=torch.bool).tril()[-q:],))
+    assert verdict and "lower triangle" in verdict.message, verdict.message
