@@ -5026,3 +5026,20 @@ WRONG["check_torch_masks"]["mixed_kinds/float_padding"] = lambda: (
         torch.zeros(len(n), length).masked_fill(
             ~padding_mask(n, length)[:, 0, 0], float("-inf")),
         ~causal_mask(length)),)
+
+# --- chapter 14: more planted mistakes (final round) ---
+# Exercise 14.3: the tril/triu mix-up, triu(past), gets its own hint; the
+# last q_len rows of a square tril are accepted as the bottom-right mask.
+WRONG["check_chunk_mask"]["triu"] = lambda: (
+    lambda q, p: torch.ones(q, p + q, dtype=torch.bool).triu(p),)
+
+
+def test_chapter14_final_triu_for_tril_gets_its_hint():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_chunk_mask", "triu")
+
+
+def test_chapter14_final_square_tril_rows_are_accepted():
+    verdict = _check("check_chunk_mask", (
+        lambda q, p: torch.ones(p + q, p + q, dtype=torch.bool).tril()[-q:],))
+    assert verdict and "lower triangle" in verdict.message, verdict.message

@@ -299,6 +299,9 @@ CHUNK = catalogue(
     all_ones=("no mask (all True): right for one new token, but in a "
               "chunk of several each token would see the ones after it; "
               "new token i sees keys 0 to past + i", _ALIGN),
+    triu=("triu keeps the upper triangle, each token's own key and the "
+          "keys after it: the mask is the lower triangle, tril(past), "
+          "j <= past + i", _ALIGN),
 )
 
 
@@ -335,6 +338,7 @@ def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
                 (CHUNK["inverted"], ~expected),
                 (CHUNK["one_ahead"], ones.tril(past + 1)),
                 (CHUNK["all_ones"], ones),
+                (CHUNK["triu"], ones.triu(past)),
             ])
         if problem is not None:
             return problem
@@ -346,9 +350,10 @@ def check_chunk_mask(fn: Callable[[int, int], torch.Tensor]) -> Verdict:
             or bool(names & {"tril", "triu"})
     if used_tril:
         return Verdict(
-            True, "tril(past) keeps the diagonal offset by past, which is "
-                  "the bottom-right alignment; the comparison j <= past + "
-                  "i says the same without a library call")
+            True, "a lower triangle whose diagonal is offset by past "
+                  "(as tril(past) builds it) is the bottom-right "
+                  "alignment; the comparison j <= past + i says the same "
+                  "without a library call")
     return Verdict(
         True, "new token i is position past + i: it sees keys 0 to "
               "past + i, as causal_mask(q_len, past + q_len) does")
