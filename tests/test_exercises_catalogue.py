@@ -5043,3 +5043,35 @@ def test_chapter14_final_square_tril_rows_are_accepted():
     verdict = _check("check_chunk_mask", (
         lambda q, p: torch.ones(p + q, p + q, dtype=torch.bool).tril()[-q:],))
     assert verdict and "lower triangle" in verdict.message, verdict.message
+
+# --- chapter 18: more planted mistakes (final round) ---
+# Exercise 18.4: head 0's block k_up.weight[:D] for every head gets its
+# own hint (18.1's checker names it too); exercise 18.5: float32's 4
+# bytes a number gives the same value as half the FLOPs: one hint names
+# both.
+
+
+def _scores18_head_zero(m, x):
+    heads, pos, d = m.num_heads, torch.arange(x.size(1)), m.head_dim
+    q = split_heads(m.q_proj(x), heads)
+    q_r = apply_rotary(split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)[:, None]
+    s = (q @ m.k_up.weight[:d]) @ m.kv_down(x)[:, None].mT
+    return (s + q_r @ k_r.mT) / math.sqrt(d + m.rope_dim)
+
+
+WRONG["check_absorbed_scores"]["head_zero"] = lambda: (
+    _scores18_head_zero,)
+WRONG["check_decode_flops_per_byte"]["half_flops/float32"] = lambda: (
+    lambda h, s, k, v: 2 * h * s * (k + v) / (4 * k),)
+
+
+@pytest.mark.parametrize("checker, name", [
+    ("check_absorbed_scores", "head_zero"),
+    ("check_decode_flops_per_byte", "half_flops/float32"),
+    ("check_decode_flops_per_byte", "half_flops")])
+def test_chapter18_final_head_zero_and_float32_are_named(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+    verdict = _check(checker, WRONG[checker][name]())
+    assert ("head 0" in verdict.message if name == "head_zero"
+            else "float32" in verdict.message), verdict.message

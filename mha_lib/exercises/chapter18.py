@@ -29,7 +29,7 @@ _ABSORBED = "The absorbed form"
 _LATENT = "Keys and values from a latent"
 _TABLE = "One table: what each design caches"
 _ROPE = "Positions need their own key"
-_BOUND = "What bounds a decoding step"
+_BOUND = _TABLE
 
 ABSORB = catalogue(
     "check_absorbed_query", 18,
@@ -315,6 +315,10 @@ SCORES = catalogue(
                  "content and rotary parts are two halves of one dot "
                  "product of D + R numbers, not scaled by 1/sqrt(D) and "
                  "1/sqrt(R) apart", _ROPE),
+    head_zero=("every head used head 0's block, k_up.weight[:D]: head "
+               "h has its own W_uk[h], rows h*D to (h+1)*D - 1 of "
+               "k_up.weight; unflatten(0, (H, D)) stacks them for one "
+               "batched product (exercise 18.1)", _ABSORBED),
     rebuilt_keys=("that rebuilds every head's keys from the latents "
                   "(m.k_up on them, or by hand with m.k_up.weight): "
                   "the explicit form. The absorbed form rebuilds none: "
@@ -368,7 +372,8 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
             rope: bool = True, width: int | None = None,
             transposed: bool = False, rotate_key: bool = True,
             rotate_query: bool = True,
-            split_scale: bool = False) -> torch.Tensor:
+            split_scale: bool = False,
+            head_zero: bool = False) -> torch.Tensor:
     """The pre-softmax scores ``(B, H, L, L)`` of ``m`` on ``x``, in the
     absorbed form, or with one planted mistake. ``rotate_latent`` rotates
     what carries no positions: "both" the latent queries and the latents,
@@ -387,6 +392,8 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
     w = m.k_up.weight.unflatten(0, (heads, head_dim))  # (H, D, C)
     if transposed:
         w = w.mT
+    if head_zero:  # head 0's block for every head
+        w = w[:1].expand(heads, -1, -1)
     if rotate_latent == "content":
         q, c = apply_rotary(q, pos), apply_rotary(c, pos)
     latent_q = q @ w  # (B, H, L, C)
@@ -475,6 +482,8 @@ def check_absorbed_scores(
                     _scores, m, x, rotate_query=False)),
                 (SCORES["split_scale"], partial(_scores, m, x,
                                                 split_scale=True)),
+                (SCORES["head_zero"], partial(_scores, m, x,
+                                              head_zero=True)),
             ]
             causal = torch.ones(x.size(1), x.size(1),
                                 dtype=torch.bool).tril()
@@ -504,8 +513,11 @@ def check_absorbed_scores(
 
 BOUND = catalogue(
     "check_decode_flops_per_byte", 18,
-    half_flops=("a multiply-add is 2 FLOPs: a score of d_k numbers costs "
-                "2 d_k FLOPs, a weighted value 2 d_v", _BOUND),
+    half_flops=("that is half the count: either a multiply-add counted "
+                "as 1 FLOP (it is 2: a score of d_k numbers costs 2 d_k "
+                "FLOPs, a weighted value 2 d_v) or 4 bytes a number "
+                "(float32) where the cache holds bfloat16, 2 bytes a "
+                "number", _BOUND),
     numbers=("that divides by numbers, not bytes: each cached number is "
              "2 bytes in bfloat16", _BOUND),
     kv_apart=("that is h_q s_q: either the values' bytes were counted "
