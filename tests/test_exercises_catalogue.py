@@ -4991,6 +4991,8 @@ WRONG["check_llama_block"]["layer_norm_no_gain"] = lambda: (
     ("check_llama_block_params", "carried_over/ffn"),
     ("check_llama_block", "layer_norm_no_gain")])
 def test_chapter12_round42_mistakes_get_their_hints(checker, name):
+    test_the_planted_mistake_is_refused_with_its_hint(checker, name)
+
 
 # --- chapter 17: more planted mistakes (final round) ---
 # Exercise 17.5: the loop started at n - W without max(0, ...), which
