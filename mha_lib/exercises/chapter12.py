@@ -330,6 +330,39 @@ def _explain(error: BaseException, _: object) -> object:
     return None
 
 
+# Wrong wirings of a pre-norm residual block that both of this chapter's
+# block checkers plant, in terms of its two sublayers and two norms.
+_MISWIRED = {"post_norm", "normalised_stream", "normalised_stream1",
+             "normalised_stream2", "no_first_residual",
+             "no_second_residual", "one_norm", "swapped_norms",
+             "stale_ffn_input", "parallel"}
+
+
+def _miswired(how: str, x: torch.Tensor, attn: Callable, ffn: Callable,
+              n1: Callable, n2: Callable) -> torch.Tensor:
+    """The output of the wrong wiring ``how`` (one of ``_MISWIRED``) of the
+    block ``x + attn(n1(x))``, then ``h + ffn(n2(h))``."""
+    if how == "post_norm":
+        h = n1(x + attn(x))
+        return n2(h + ffn(h))
+    if how.startswith("normalised_stream"):  # 1, 2: one sublayer only
+        h = n1(x) if how != "normalised_stream2" else x
+        h = h + attn(n1(x))
+        z = n2(h)
+        return (z if how != "normalised_stream1" else h) + ffn(z)
+    if how == "swapped_norms":
+        h = x + attn(n2(x))
+        return h + ffn(n1(h))
+    h = attn(n1(x)) if how == "no_first_residual" else x + attn(n1(x))
+    if how == "no_second_residual":
+        return ffn(n2(h))
+    if how == "one_norm":
+        return h + ffn(n1(h))
+    if how in ("stale_ffn_input", "parallel"):
+        return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
+    return h + ffn(n2(h))  # no_first_residual
+
+
 def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
                    how: str) -> torch.Tensor:
     """The output of a usual wrong pre-norm forward."""
@@ -357,33 +390,15 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         if how == "output_norm":  # Gemma's output norm, no input norm
             h = x + n1(attn(x))
             return h + n2(ffn(h))
-        if how == "post_norm":
-            h = n1(x + attn(x))
-            return n2(h + ffn(h))
-        if how.startswith("normalised_stream"):  # 1, 2: one sublayer
-            h = n1(x) if how != "normalised_stream2" else x
-            h = h + attn(n1(x))
-            z = n2(h)
-            return (z if how != "normalised_stream1" else h) + ffn(z)
+        if how in _MISWIRED:
+            return _miswired(how, x, attn, ffn, n1, n2)
         if how == "no_residual":
             return ffn(n2(attn(n1(x))))
-        if how == "no_first_residual":
-            h = attn(n1(x))
-            return h + ffn(n2(h))
         if how in ("swapped_order", "swapped_order2"):  # the FFN first
             first, second = (n2, n1) if how == "swapped_order" else (n1, n2)
             h = x + ffn(first(x))
             return h + attn(second(h))
         h = x + attn(n1(x), x if how == "raw_key_value" else None)
-        if how == "no_second_residual":
-            return ffn(n2(h))
-        if how == "one_norm":
-            return h + ffn(n1(h))
-        if how == "swapped_norms":
-            h = x + attn(n2(x))
-            return h + ffn(n1(h))
-        if how in ("stale_ffn_input", "parallel"):
-            return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
         if how in ("fixed_relu", "fixed_gelu"):
             act = F.relu if how == "fixed_relu" else F.gelu
             return h + block.linear2(act(block.linear1(n2(h))))
@@ -579,29 +594,12 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor, how: str = "right",
         def n1(h):
             return h * torch.rsqrt(h.square().mean(-1, keepdim=True) + 1e-6)
         n2 = n1
-    if how == "post_norm":
-        h = n1(x + attn(x))
-        return n2(h + ffn(h))
-    if how.startswith("normalised_stream"):  # 1, 2: one sublayer only
-        h = n1(x) if how != "normalised_stream2" else x
-        h = h + attn(n1(x))
-        z = n2(h)
-        return (z if how != "normalised_stream1" else h) + ffn(z)
+    if how in _MISWIRED:
+        return _miswired(how, x, attn, ffn, n1, n2)
     if how == "swapped_order":
         h = x + ffn(n1(x))
         return h + attn(n2(h))
     h = x + attn(n1(x))
-    if how == "no_first_residual":
-        h = attn(n1(x))
-    if how == "no_second_residual":
-        return ffn(n2(h))
-    if how == "one_norm":
-        return h + ffn(n1(h))
-    if how == "swapped_norms":
-        h = x + attn(n2(x))
-        return h + ffn(n1(h))
-    if how in ("stale_ffn_input", "parallel"):
-        return h + ffn((n2 if how == "stale_ffn_input" else n1)(x))
     out = h + ffn(n2(h))
     if how.startswith("final_norm"):  # a fresh RMSNorm, norm1 or norm2
         norm = {"final_norm1": n1, "final_norm2": n2}.get(
