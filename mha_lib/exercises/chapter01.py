@@ -605,9 +605,10 @@ PAD_SCORES = catalogue(
 
 
 def check_pad_scores(n: int) -> Verdict:
-    """Exercise 1.4: how many of the L x L attention scores of chapter
-    1's padded batch (the running example and ``"What is next?"``,
-    (B, L) = (4, 6)) involve a pad, as the query, the key or both."""
+    """Exercise 1.4: how many of the L x L attention scores of the
+    padded batch of chapter 1 (the running example and ``"What is
+    next?"``, (B, L) = (4, 6)) involve a pad, as the query, the key or
+    both."""
     texts = [*SENTENCES, "What is next?"]
     stoi = build_vocab(texts, specials=("<pad>",))
     ids, lengths = encode(texts, stoi, pad_id=0)
