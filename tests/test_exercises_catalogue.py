@@ -5077,3 +5077,37 @@ def test_chapter18_final_head_zero_and_float32_are_named(checker, name):
     verdict = _check(checker, WRONG[checker][name]())
     assert ("head 0" in verdict.message if name == "head_zero"
             else "float32" in verdict.message), verdict.message
+
+# --- chapter 14: more planted mistakes (final round) ---
+# Exercise 14.4: a mask over the new tokens alone, causal_mask(q_len),
+# the cache left out, fails to broadcast against the cached keys: the
+# shape error is named, through SDPA and by hand.
+
+
+def _step_square_mask(q, k_new, v_new, past_k, past_v):
+    k = torch.cat([past_k, k_new], dim=2)
+    v = torch.cat([past_v, v_new], dim=2)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_mask(q.size(2)))
+    return out, k, v
+
+
+def _step_square_mask_by_hand(q, k_new, v_new, past_k, past_v):
+    k = torch.cat([past_k, k_new], dim=2)
+    v = torch.cat([past_v, v_new], dim=2)
+    scores = q @ k.mT / q.size(-1) ** 0.5
+    scores = scores.masked_fill(~causal_mask(q.size(2)), float("-inf"))
+    return scores.softmax(-1) @ v, k, v
+
+
+WRONG["check_cached_step"]["square_mask"] = lambda: (_step_square_mask,)
+WRONG["check_cached_step"]["square_mask/fill"] = lambda: (
+    _step_square_mask_by_hand,)
+
+
+@pytest.mark.parametrize("name", ["square_mask", "square_mask/fill"])
+def test_chapter14_final_square_mask_is_named(name):
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_cached_step", name)
+    verdict = _check("check_cached_step", WRONG["check_cached_step"][name]())
+    assert "causal_mask(q_len, past + q_len)" in verdict.message

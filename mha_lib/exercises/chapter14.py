@@ -393,6 +393,9 @@ STEP = catalogue(
               _CACHE_SECTION),
     swapped=("the keys and values are swapped: return (out, keys, "
              "values), the keys second", _CACHE_SECTION),
+    square_mask=("The mask covers only the new tokens, (q_len, q_len): "
+                 "it must span the cached keys too, causal_mask(q_len, "
+                 "past + q_len)", _ALIGN),
     float_mask=("a float attn_mask is added to the scores, not used to "
                 "hide keys: SDPA adds your 0s and 1s; pass the bool mask "
                 "(True = may attend)", _ALIGN),
@@ -415,6 +418,23 @@ def _explain_cat_axis(error, record):
         if dim not in (2, -2):
             return STEP["cat_axis"]
     return None
+
+
+def _explain_step(size: int, end: int):
+    """The cat_axis mistake, or a bool mask of the new tokens alone,
+    ``(q_len, q_len)``, that the cached keys made fail to broadcast."""
+    def explain(error, record):
+        mistake = _explain_cat_axis(error, record)
+        if mistake is not None or size == end:
+            return mistake
+        for _, args, kwargs in record.calls:
+            for value in (*args, *kwargs.values()):
+                if (isinstance(value, torch.Tensor)
+                        and value.dtype == torch.bool and value.dim() >= 2
+                        and tuple(value.shape[-2:]) == (size, size)):
+                    return STEP["square_mask"]
+        return None
+    return explain
 
 
 def _reference_step(q, k, v, mask, scale=None, dim=-1):
@@ -448,7 +468,7 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
         where = (f"the token at position {start}" if size == 1 else
                  f"the chunk of positions {start} to {end - 1}")
         call = attempt(fn, *args, shown=f"{where}, {start} cached",
-                       explain=_explain_cat_axis)
+                       explain=_explain_step(size, end))
         if call.verdict is not None:
             return call.verdict
         if not (isinstance(call.value, tuple) and len(call.value) == 3):
