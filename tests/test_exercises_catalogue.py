@@ -5111,3 +5111,18 @@ def test_chapter14_final_square_mask_is_named(name):
         "check_cached_step", name)
     verdict = _check("check_cached_step", WRONG["check_cached_step"][name]())
     assert "causal_mask(q_len, past + q_len)" in verdict.message
+
+# --- chapter 1: more planted mistakes (final round) ---
+# Exercises 1.2 and 1.4: an answer that matches no catalogued mistake
+# (one id off, a count of 45) still names the section that explains it.
+
+
+@pytest.mark.parametrize("checker, args", [
+    ("check_pad_scores", (45,)),
+    ("check_padded_batch", ([[12, 13, 3, 8], [1, 2, 11, 0]], [4, 3])),
+    ("check_padded_batch", ([[12, 13, 3, 8], [1, 2, 10, 0]], [4, 2]))])
+def test_chapter1_final_unmatched_answers_name_the_section(checker, args):
+    verdict = getattr(exercises, checker)(*args)
+    assert not verdict, verdict.message
+    assert ("(see 'Padding sentences of different lengths' in chapter 1)"
+            in verdict.message), verdict.message

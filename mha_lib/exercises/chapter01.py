@@ -14,6 +14,7 @@ from mha_lib.exercises.verdict import (
     catalogue,
     check_number,
     check_tensor,
+    plain,
 )
 from mha_lib.text import build_vocab, encode, tokenize
 
@@ -275,6 +276,18 @@ def _as_tensor(value: object) -> object:
     return value
 
 
+PADDING = "Padding sentences of different lengths"
+
+
+def _pointed(problem: Verdict | None, section: str) -> Verdict | None:
+    """``problem`` with the section that explains it, when the generic
+    verdict (no catalogued mistake matched) names none."""
+    if problem is None or problem.ok or "(see '" in problem.message:
+        return problem
+    return Verdict(False, f"{problem.message} (see '{plain(section)}' "
+                          f"in chapter 1)")
+
+
 def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     """Exercise 1.2: ``"What will come next?"`` and ``"A basic split!"`` as
     one batch, padded with the ``"<pad>"`` id of :func:`check_vocab`'s
@@ -317,7 +330,7 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     if problem is None and ids.is_floating_point():
         return PADDED["floats"].verdict("ids")
     if problem is not None:
-        return problem
+        return _pointed(problem, PADDING)
     problem = check_tensor(
         "lengths", lengths, want_lengths, axes="(B,)", mistakes=[
             (PADDED["padded_lengths"],
@@ -327,7 +340,7 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
     if problem is None and lengths.is_floating_point():
         return PADDED["floats"].verdict("lengths")
     if problem is not None:
-        return problem
+        return _pointed(problem, PADDING)
     return Verdict(
         True,
         "two rows of four ids, the shorter padded with 0; lengths [4, 3]")
@@ -629,7 +642,7 @@ def check_pad_scores(n: int) -> Verdict:
         (PAD_SCORES["pads"], pads),
     ])
     if problem is not None:
-        return problem
+        return _pointed(problem, PADDING)
     return Verdict(True, f"{want} of the {total} scores involve a pad: "
                          f"a larger share than the pads' {pads} of "
                          f"{real.numel()} positions")
