@@ -5077,3 +5077,14 @@ def test_chapter18_final_head_zero_and_float32_are_named(checker, name):
     verdict = _check(checker, WRONG[checker][name]())
     assert ("head 0" in verdict.message if name == "head_zero"
             else "float32" in verdict.message), verdict.message
+
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.4: the cap inverted, tanh(score * cap) / cap.
+WRONG["check_softcap_score_mod"]["inverted"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: torch.tanh(s * cap) / cap,)
+
+
+def test_chapter17_final_inverted_softcap_is_named():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_softcap_score_mod", "inverted")
