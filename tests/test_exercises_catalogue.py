@@ -5126,3 +5126,14 @@ def test_chapter1_final_unmatched_answers_name_the_section(checker, args):
     assert not verdict, verdict.message
     assert ("(see 'Padding sentences of different lengths' in chapter 1)"
             in verdict.message), verdict.message
+
+
+# --- chapter 17: more planted mistakes (final round) ---
+# Exercise 17.4: the cap inverted, tanh(score * cap) / cap.
+WRONG["check_softcap_score_mod"]["inverted"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: torch.tanh(s * cap) / cap,)
+
+
+def test_chapter17_final_inverted_softcap_is_named():
+    test_the_planted_mistake_is_refused_with_its_hint(
+        "check_softcap_score_mod", "inverted")

@@ -518,6 +518,10 @@ SOFTCAP = catalogue(
                _FLEX),
     no_multiply=("that is tanh(score / cap), squeezed into (-1, 1): "
                  "multiply by the cap again", _FLEX),
+    inverted=("that is tanh(score * cap) / cap, the cap inverted: it "
+              "squeezes the scores into (-1/cap, 1/cap); divide inside "
+              "the tanh, multiply outside: cap * torch.tanh(score / cap)",
+              _FLEX),
     clamp=("that clips the scores at -cap and cap, a hard cap; the soft "
            "cap bends them smoothly: cap * torch.tanh(score / cap)",
            _FLEX),
@@ -557,6 +561,7 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
             (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
             (SOFTCAP["no_multiply"], out(torch.tanh(scores / cap))),
             (SOFTCAP["cancelled"], out(torch.tanh(scores))),
+            (SOFTCAP["inverted"], out(torch.tanh(scores * cap) / cap)),
             (SOFTCAP["clamp"], out(scores.clamp(-cap, cap))),
             (SOFTCAP["scaled_again"],
              out(cap * torch.tanh(scores / root / cap))),
