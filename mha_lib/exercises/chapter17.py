@@ -194,18 +194,20 @@ def check_document_window_mod(
 SLOPES = catalogue(
     "check_alibi_slopes", 17,
     naive=("that is 2^(-8/H) for H not a power of two; the authors' "
-           "code (get_slopes) takes the nearest smaller power of two, "
-           "then every other slope of twice as many heads", _ALIBI),
+           "code (get_slopes) takes the largest power of two not "
+           "above H, then every other slope of twice as many heads",
+           _ALIBI),
     ascending=("the slopes should fall from head to head: head 0 gets the "
                "largest, 2^(-8/H)", _ALIBI),
     interleaved=("the right slopes, in the wrong order: the first p heads "
                  "(p, the power of two) come first, then the extra ones; "
-                 "their slopes fall between the first ones' in value, "
-                 "not in head order", _ALIBI),
+                 "in value they start above the steepest and then fall "
+                 "between the first ones', not in head order", _ALIBI),
     sorted=("the right slopes, in the wrong order: for H not a power of "
-            "two the extra heads come after the first p (their slopes "
-            "fall between those of the first p); sorting them from "
-            "steep to shallow gives heads other slopes", _ALIBI),
+            "two the extra heads come after the first p (in value the "
+            "first is steeper than all, the rest fall between); "
+            "sorting them from steep to shallow gives heads other "
+            "slopes", _ALIBI),
     odd_extra=("the extra heads take slopes 0, 2, 4, ... of twice as many "
                "heads ([0::2]), not 1, 3, 5, ...", _ALIBI),
     negative=("the slopes are positive; the bias is -slope * distance",
@@ -213,9 +215,9 @@ SLOPES = catalogue(
     from_zero=("the first slope is 2^(-8/H), not 2^0 = 1: the exponent "
                "is -8 (h + 1) / H for h = 0, 1, ..., not -8 h / H", _ALIBI),
     larger=("those are the slopes of the nearest larger power of two, "
-            "cut to H heads: take the nearest smaller power of two, p, "
-            "its p slopes, then every other slope of 2p heads for the "
-            "rest", _ALIBI),
+            "cut to H heads: take the largest power of two not above H, "
+            "p, its p slopes, then every other slope of 2p heads for "
+            "the rest", _ALIBI),
     halves=("that is 1/2, 1/4, 1/8, ... whatever H, right for 8 heads "
             "only: the slopes are 2^(-8 (h + 1) / H), so their ratio "
             "depends on H", _ALIBI),
