@@ -4981,3 +4981,34 @@ WRONG["check_softcap_score_mod"]["inverted"] = lambda: (
     lambda cap: lambda s, b, h, q, kv: torch.tanh(s * cap) / cap,)
 
 
+
+# --- chapter 18: more planted mistakes (round 46) ---
+# Exercise 18.4: the shared rotary key (B, L, R) or the latents (B, L, C)
+# without their head axis, q_r @ k_r.mT, or with it in front, k_r[None]:
+# broadcasting meets their batch axis with the heads, which runs only where
+# B = H (the checker's first module, 2 and 2) and there scores head h
+# against sequence h's keys; and the scores returned (H, B, L, L), a swap
+# the same equal sizes hide.
+
+
+def _scores18_head_axis(m, x, where):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = split_heads(m.q_proj(x), heads)  # (B, H, L, D)
+    q_r = apply_rotary(split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)  # (B, L, R)
+    c = m.kv_down(x)  # (B, L, C)
+    latent_q = q @ m.k_up.weight.unflatten(0, (heads, -1))  # (B, H, L, C)
+    k_r = {"rope": k_r, "both": k_r, "front": k_r[None]}.get(
+        where, k_r[:, None])
+    c = c if where in ("latent", "both") else c[:, None]
+    s = (latent_q @ c.mT + q_r @ k_r.mT) / math.sqrt(
+        m.head_dim + m.rope_dim)
+    return s.transpose(0, 1) if where == "swapped" else s
+
+
+for _where in ("rope", "latent", "both", "front"):
+    WRONG["check_absorbed_scores"][f"head_axis/{_where}"] = (
+        lambda where=_where: (
+            lambda m, x: _scores18_head_axis(m, x, where),))
+WRONG["check_absorbed_scores"]["heads_swapped"] = lambda: (
+    lambda m, x: _scores18_head_axis(m, x, "swapped"),)

@@ -319,6 +319,17 @@ SCORES = catalogue(
                "h has its own W_uk[h], rows h*D to (h+1)*D - 1 of "
                "k_up.weight; unflatten(0, (H, D)) stacks them for one "
                "batched product (exercise 18.1)", _ABSORBED),
+    head_axis=("the shared rotary key k_r (B, L, R) or the latents c "
+               "(B, L, C) lost their head axis: in q_r @ k_r.mT (or "
+               "with k_r[None], the axis in front) broadcasting lines "
+               "their batch axis up with the queries' head axis, so "
+               "head h scores sequence h's keys; it runs only because "
+               "B = H here. Put the head axis second: k_r[:, None] "
+               "(B, 1, L, R), c[:, None] (B, 1, L, C)", _ROPE),
+    heads_swapped=("those scores are (H, B, L, L), the batch and head "
+                   "axes swapped (the shape fits only where B = H, as "
+                   "here): return them (B, H, L, L), batch first",
+                   _ROPE),
     rebuilt_keys=("that rebuilds every head's keys from the latents "
                   "(m.k_up on them, or by hand with m.k_up.weight): "
                   "the explicit form. The absorbed form rebuilds none: "
@@ -373,13 +384,16 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
             transposed: bool = False, rotate_key: bool = True,
             rotate_query: bool = True,
             split_scale: bool = False,
-            head_zero: bool = False) -> torch.Tensor:
+            head_zero: bool = False,
+            no_head_axis: str = "") -> torch.Tensor:
     """The pre-softmax scores ``(B, H, L, L)`` of ``m`` on ``x``, in the
     absorbed form, or with one planted mistake. ``rotate_latent`` rotates
     what carries no positions: "both" the latent queries and the latents,
     "latents" or "query" one of them, "content" the content queries
     before the absorption and the latents, "whole" the joined
-    ``[latent query; rotary query]`` and ``[latent; rotary key]``."""
+    ``[latent query; rotary query]`` and ``[latent; rotary key]``.
+    ``no_head_axis`` leaves the head axis off "rope" (the shared rotary
+    key), "latent" (the latents) or "both": it runs only where B = H."""
     heads, head_dim = m.num_heads, m.head_dim
     pos = torch.arange(x.size(1))
     q = split_heads(m.q_proj(x), heads)  # (B, H, L, D)
@@ -408,12 +422,16 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
                                 pos)  # (B, L, C + R)
         return (joined_q @ joined_k[:, None].mT
                 / (head_dim + m.rope_dim) ** 0.5)
-    s = latent_q @ c[:, None].mT  # (B, H, L, L)
+    if no_head_axis not in ("rope", "both"):
+        k_r = k_r[:, None]  # (B, 1, L, R)
+    if no_head_axis not in ("latent", "both"):
+        c = c[:, None]  # (B, 1, L, C)
+    s = latent_q @ c.mT  # (B, H, L, L)
     if split_scale:
         return (s / head_dim ** 0.5
-                + q_r @ k_r[:, None].mT / m.rope_dim ** 0.5)
+                + q_r @ k_r.mT / m.rope_dim ** 0.5)
     if rope:
-        s = s + q_r @ k_r[:, None].mT
+        s = s + q_r @ k_r.mT
     return s / (head_dim + m.rope_dim if width is None else width) ** 0.5
 
 
@@ -496,6 +514,12 @@ def check_absorbed_scores(
             if head_dim == latent:
                 mistakes.append((SCORES["transposed"], partial(
                     _scores, m, x, transposed=True)))
+            if x.size(0) == heads:  # B = H: the slips below run
+                mistakes += [(SCORES["head_axis"], partial(
+                    _scores, m, x, no_head_axis=where))
+                    for where in ("rope", "latent", "both")]
+                mistakes.append((SCORES["heads_swapped"],
+                                 expected.transpose(0, 1)))
             problem = check_tensor(call.label, call.value, expected,
                                    axes="(B, H, L, L)", atol=1e-5,
                                    rtol=1e-4, mistakes=mistakes)
