@@ -338,7 +338,8 @@ def check_torch_masks(
 ) -> Verdict:
     """Exercise 11.2: ``fn(valid_lens, length)`` returns
     ``(key_padding_mask, attn_mask)`` for ``nn.MultiheadAttention``
-    (either may be None, and ``attn_mask`` one per head) that mean what
+    (either may be None; ``attn_mask`` may be per head,
+    ``(B * num_heads, L, L)``) that mean what
     ``padding_mask(valid_lens) & causal_mask(length)`` means to
     ``mha_lib``, in training (with gradients) and in eval mode."""
     generator = torch.Generator().manual_seed(111)
