@@ -5012,3 +5012,84 @@ for _where in ("rope", "latent", "both", "front"):
             lambda m, x: _scores18_head_axis(m, x, where),))
 WRONG["check_absorbed_scores"]["heads_swapped"] = lambda: (
     lambda m, x: _scores18_head_axis(m, x, "swapped"),)
+
+
+# --- chapters 10 and 11: more planted mistakes (round 48) ---
+# Exercise 11.2: either slot may be None. One per-head attn_mask
+# (B * num_heads, L, L), True = blocked, with no key_padding_mask is right
+# (Appendix A's table); a None where a mask is needed, an integer mask
+# (Hugging Face's attention_mask, 1 = real token), the lengths for the mask,
+# a key_padding_mask repeated per head, and per-head rows in head-major
+# order (.repeat for .repeat_interleave) are named.
+def _per_head_blocked(valid_lens, length, order="sentence"):
+    heads = 4  # the checker's module
+    blocked = ~(padding_mask(valid_lens, length)[:, 0] & causal_mask(length))
+    return (blocked.repeat_interleave(heads, 0) if order == "sentence"
+            else blocked.repeat(heads, 1, 1))  # (B * H, L, L)
+
+
+RIGHT["check_torch_masks"] += [
+    lambda: (lambda n, length: (None, _per_head_blocked(n, length)),),
+    lambda: (lambda n, length: (
+        torch_masks(n, length)[0],
+        torch_masks(n, length)[1].expand(len(n) * 4, -1, -1)),),
+]
+WRONG["check_torch_masks"].update({
+    "causal_missing": lambda: (lambda n, length: (torch_masks(n, length)[0], None),),
+    "padding_missing": lambda: (lambda n, length: (None, torch_masks(n, length)[1]),),
+    "no_masks": lambda: (lambda n, length: (None, None),),
+    "int_mask": lambda: (lambda n, length: (
+        padding_mask(n, length)[:, 0, 0].long(), ~causal_mask(length)),),
+    "int_mask/blocked_as_one": lambda: (lambda n, length: (
+        (~padding_mask(n, length)[:, 0, 0]).long(), ~causal_mask(length)),),
+    "int_mask/attn_mask": lambda: (lambda n, length: (
+        torch_masks(n, length)[0], torch.ones(length, length).triu(1).long()),),
+    "lengths": lambda: (lambda n, length: (n, ~causal_mask(length)),),
+    "padding_shape/per_head": lambda: (lambda n, length: (
+        torch_masks(n, length)[0].repeat_interleave(4, 0),
+        torch_masks(n, length)[1]),),
+    "per_head_order": lambda: (lambda n, length: (
+        None, _per_head_blocked(n, length, order="head")),),
+})
+# Exercise 10.2: the pads blocked as queries (rows) too, or instead of as keys.
+WRONG["check_einops_mask"].update({
+    "pad_queries": lambda: (lambda n, length: ~(
+        padding_mask(n, length)[:, 0].mT & causal_mask(length)),),
+    "pad_queries/both": lambda: (lambda n, length: ~(
+        padding_mask(n, length)[:, 0] & padding_mask(n, length)[:, 0].mT
+        & causal_mask(length)),),
+})
+
+
+@pytest.mark.parametrize("answer", [
+    (None, "per_head"), ("valid", None), (None, "causal"), (None, None),
+    (None, "per_head_float"), ("valid_float", None)])
+def test_torch_masks_takes_none_in_either_slot(answer):
+    def fn(n, length):
+        masks = {
+            "valid": torch_masks(n, length)[0],
+            "causal": torch_masks(n, length)[1],
+            "per_head": _per_head_blocked(n, length),
+            "per_head_float": torch.zeros(len(n) * 4, length, length).masked_fill(
+                _per_head_blocked(n, length), float("-inf")),
+            "valid_float": torch.zeros(len(n), length).masked_fill(
+                torch_masks(n, length)[0], float("-inf")),
+        }
+        return tuple(None if a is None else masks[a] for a in answer)
+
+    verdict = _check("check_torch_masks", (fn,))
+    assert "Traceback" not in verdict.message
+    assert bool(verdict) == (answer[0] is None and answer[1] is not None
+                             and answer[1].startswith("per_head"))
+    if verdict:  # the float form is named as float first
+        assert ("additive float" if answer[1].endswith("float")
+                else "per head") in verdict.message
+    else:
+        assert "(see '" in verdict.message  # a named hint
+
+
+def test_torch_masks_names_a_list_for_a_tensor():
+    verdict = _check("check_torch_masks", (lambda n, length: (
+        torch_masks(n, length)[0].tolist(), torch_masks(n, length)[1]),))
+    assert not verdict
+    assert "should be a tensor or None, got list" in verdict.message

@@ -160,6 +160,10 @@ EINOPS_MASK = catalogue(
                        "past (keys before the query) instead of the "
                        "future; causal_mask(L)[i, j] is True for j <= i, "
                        "row i a query, column j a key", _INVERTED),
+    pad_queries=("the pad queries (rows) are blocked: padding blocks the "
+                 "pad keys, the last axis, only; keep padding_mask's "
+                 "(B, 1, L), which broadcasts over the queries",
+                 _INVERTED),
     head_axis=("the class shares one (B, L, L) mask between the heads: "
                "drop the head axis of padding_mask", _INVERTED),
     not_from_library=("the exercise builds the mask from the library's "
@@ -208,6 +212,9 @@ def check_einops_mask(
                 (EINOPS_MASK["diagonal_blocked"],
                  ~allowed | torch.eye(length, dtype=torch.bool)),
                 (EINOPS_MASK["causal_transposed"], ~(pad & causal.T)),
+                # = ~(pad & pad.mT & causal): causal already hides the pad
+                # keys from the real queries
+                (EINOPS_MASK["pad_queries"], ~(pad.mT & causal)),
                 (EINOPS_MASK["head_axis"], ~allowed[:, None]),
                 (EINOPS_MASK["head_axis"], allowed[:, None]),
             ])

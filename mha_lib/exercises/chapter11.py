@@ -231,8 +231,32 @@ TORCH_MASKS = catalogue(
                    "drop the two broadcast axes of padding_mask (a 4-D one "
                    "slips through only on PyTorch's eval fast path, with "
                    "an attn_mask beside it; training refuses it)", _MASKS),
-    batched_attn_mask=("attn_mask is shared by the batch: (L, L); a 3-D "
-                       "one would be (B * num_heads, L, L)", _MASKS),
+    lengths=("key_padding_mask is a (B, Lk) mask, not the lengths: "
+             "~padding_mask(valid_lens, length)[:, 0, 0], True = blocked",
+             _MASKS),
+    batched_attn_mask=("attn_mask is (L, L), shared by the batch, or "
+                       "(B * num_heads, L, L), one per sentence and head "
+                       "(num_heads = 4 in this check)", _MASKS),
+    per_head_order=("attn_mask's (B * num_heads, L, L) rows are head by "
+                    "head (.repeat(num_heads, 1, 1)): PyTorch reads row "
+                    "b * num_heads + h as sentence b, head h; repeat each "
+                    "sentence's mask num_heads times in a row, "
+                    ".repeat_interleave(num_heads, dim=0)", _MASKS),
+    causal_missing=("the causal mask is missing: only the pads are "
+                    "blocked, so each token sees the tokens after it; "
+                    "attn_mask = ~causal_mask(length), True = blocked",
+                    _MASKS),
+    padding_missing=("the padding mask is missing: only the future is "
+                     "blocked, so the real tokens see the pads; "
+                     "key_padding_mask = ~valid, (B, Lk), True = blocked",
+                     _MASKS),
+    no_masks=("both masks are None: nothing is blocked; key_padding_mask "
+              "= ~valid and attn_mask = ~causal, True = blocked", _MASKS),
+    int_mask=("an integer mask: nn.MultiheadAttention takes bool or float "
+              "masks only, so convert it, and mind the polarity: True = "
+              "blocked, so Hugging Face's attention_mask (1 = real "
+              "token) becomes key_padding_mask = attention_mask == 0",
+              _MASKS),
     swapped=("the pair is (key_padding_mask, attn_mask), in that order",
              _MASKS),
     diagonal=("attn_mask also blocks the diagonal: a token may attend "
@@ -255,6 +279,53 @@ def _explain_float_mask(error: BaseException, record) -> object:
     return TORCH_MASKS["float_mask"] if "invert" in str(error) else None
 
 
+def _allowed(mask: torch.Tensor | None, shape: tuple[int, ...],
+             view: Callable[[torch.Tensor], torch.Tensor],
+             ) -> torch.Tensor | None:
+    """Where a mask in PyTorch's convention lets a query attend (True =
+    may attend, bool or additive float), viewed as (B, H, Lq, Lk); None
+    when it is not a tensor of that ``shape``."""
+    if mask is None:
+        return torch.ones((), dtype=torch.bool)
+    if not isinstance(mask, torch.Tensor) or mask.shape != shape:
+        return None
+    # a float mask blocks where it is -inf or a large negative fill
+    blocked = mask < -1e4 if mask.is_floating_point() else mask.bool()
+    return ~view(blocked)
+
+
+def _missing_mask(key_padding_mask: object, attn_mask: object,
+                  valid: torch.Tensor, causal: torch.Tensor,
+                  heads: int) -> Verdict | None:
+    """The catalogued mistake a wrong output comes from, read from the
+    masks: a mask left out, or per-head rows in the wrong order."""
+    if key_padding_mask is None and attn_mask is None:
+        return TORCH_MASKS["no_masks"]
+    batch, length = valid.shape
+    full = (batch, heads, length, length)
+    padding = _allowed(key_padding_mask, (batch, length),
+                       lambda b: b[:, None, None, :])
+    per_head = isinstance(attn_mask, torch.Tensor) and attn_mask.dim() == 3
+    per_query = _allowed(attn_mask, (batch * heads, length, length),
+                         lambda b: b.unflatten(0, (batch, heads))) \
+        if per_head else _allowed(attn_mask, (length, length), lambda b: b)
+    if padding is None or per_query is None:
+        return None
+    given = (padding & per_query).expand(full)
+    if torch.equal(given, valid[:, None, None, :].expand(full)):
+        return TORCH_MASKS["causal_missing"]
+    if torch.equal(given, causal.expand(full)):
+        return TORCH_MASKS["padding_missing"]
+    if per_head:  # rows read as (H, B): head by head
+        head_major = _allowed(attn_mask, (batch * heads, length, length),
+                              lambda b: b.unflatten(0, (heads, batch))
+                              .transpose(0, 1))
+        if torch.equal((padding & head_major).expand(full),
+                       (valid[:, None, None, :] & causal).expand(full)):
+            return TORCH_MASKS["per_head_order"]
+    return None
+
+
 def _zero_one_float(mask: object) -> bool:
     """A float mask of 0s and 1s: added to the scores, it blocks nothing."""
     return (isinstance(mask, torch.Tensor) and mask.is_floating_point()
@@ -262,11 +333,14 @@ def _zero_one_float(mask: object) -> bool:
 
 
 def check_torch_masks(
-    fn: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]],
+    fn: Callable[[torch.Tensor, int],
+                 tuple[torch.Tensor | None, torch.Tensor | None]],
 ) -> Verdict:
     """Exercise 11.2: ``fn(valid_lens, length)`` returns
-    ``(key_padding_mask, attn_mask)`` for ``nn.MultiheadAttention`` that
-    mean what ``padding_mask(valid_lens) & causal_mask(length)`` means to
+    ``(key_padding_mask, attn_mask)`` for ``nn.MultiheadAttention``
+    (either may be None; ``attn_mask`` may be per head,
+    ``(B * num_heads, L, L)``) that mean what
+    ``padding_mask(valid_lens) & causal_mask(length)`` means to
     ``mha_lib``, in training (with gradients) and in eval mode."""
     generator = torch.Generator().manual_seed(111)
     m = _module(8, 4, True, seed=0).eval()
@@ -284,6 +358,19 @@ def check_torch_masks(
             return Verdict(False, f"{call.label} should return a pair "
                                   f"(key_padding_mask, attn_mask)")
         key_padding_mask, attn_mask = call.value
+        for name, mask in (("key_padding_mask", key_padding_mask),
+                           ("attn_mask", attn_mask)):
+            if mask is not None and not isinstance(mask, torch.Tensor):
+                return Verdict(False, f"{call.label}: {name} should be a "
+                                      f"tensor or None, got "
+                                      f"{type(mask).__name__}")
+        if isinstance(key_padding_mask, torch.Tensor) \
+                and key_padding_mask.shape == valid_lens.shape:
+            return TORCH_MASKS["lengths"].verdict(call.label)
+        if any(isinstance(mask, torch.Tensor) and mask.dtype != torch.bool
+               and not mask.is_floating_point()
+               for mask in (key_padding_mask, attn_mask)):
+            return TORCH_MASKS["int_mask"].verdict(call.label)
         if _zero_one_float(key_padding_mask) or _zero_one_float(attn_mask):
             return TORCH_MASKS["float_mask"].verdict(call.label)
         valid = padding_mask(valid_lens, length)[:, 0, 0]  # (B, Lk)
@@ -300,7 +387,7 @@ def check_torch_masks(
                 ("padding_polarity", same(key_padding_mask, valid)),
                 ("causal_polarity", same(attn_mask, causal)),
                 ("padding_shape", isinstance(key_padding_mask, torch.Tensor)
-                 and key_padding_mask.dim() != 2),
+                 and key_padding_mask.shape != valid.shape),
                 ("batched_attn_mask", isinstance(attn_mask, torch.Tensor)
                  and attn_mask.dim() > 2
                  and attn_mask.size(0) != batch * m.num_heads),
@@ -327,13 +414,21 @@ def check_torch_masks(
                 f"({'training' if t.training else 'eval'})",
                 run.value[0], want)
             if problem is not None:
-                return problem
-    if key_padding_mask.is_floating_point() \
-            or attn_mask.is_floating_point():
+                named = _missing_mask(key_padding_mask, attn_mask, valid,
+                                      causal, m.num_heads)
+                return problem if named is None \
+                    else named.verdict(call.label)
+    if any(mask is not None and mask.is_floating_point()
+           for mask in (key_padding_mask, attn_mask)):
         return Verdict(
             True, "additive float masks (-inf where blocked) work too; "
                   "the bool pair is key_padding_mask = ~valid, "
                   "attn_mask = ~causal, True = blocked")
+    if attn_mask is not None and attn_mask.dim() == 3:
+        return Verdict(
+            True, "one attn_mask per head, (B * num_heads, L, L), works "
+                  "too; the pair key_padding_mask = ~valid, attn_mask = "
+                  "~causal is simpler, True = blocked")
     return Verdict(
         True,
         "key_padding_mask = ~valid, attn_mask = ~causal: True = blocked")
