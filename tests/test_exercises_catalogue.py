@@ -5012,3 +5012,8 @@ for _where in ("rope", "latent", "both", "front"):
             lambda m, x: _scores18_head_axis(m, x, where),))
 WRONG["check_absorbed_scores"]["heads_swapped"] = lambda: (
     lambda m, x: _scores18_head_axis(m, x, "swapped"),)
+# --- chapter 17: more planted mistakes (round 48) ---
+# Exercise 17.2: the slopes in base e, exp(-8 (h + 1) / H), not base 2.
+
+WRONG["check_alibi_slopes"]["base_e"] = lambda: (
+    lambda n: [math.exp(-8 * (h + 1) / n) for h in range(n)],)
