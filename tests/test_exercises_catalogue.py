@@ -5093,3 +5093,8 @@ def test_torch_masks_names_a_list_for_a_tensor():
         torch_masks(n, length)[0].tolist(), torch_masks(n, length)[1]),))
     assert not verdict
     assert "should be a tensor or None, got list" in verdict.message
+# --- chapter 17: more planted mistakes (round 48) ---
+# Exercise 17.2: the slopes in base e, exp(-8 (h + 1) / H), not base 2.
+
+WRONG["check_alibi_slopes"]["base_e"] = lambda: (
+    lambda n: [math.exp(-8 * (h + 1) / n) for h in range(n)],)

@@ -221,6 +221,9 @@ SLOPES = catalogue(
     halves=("that is 1/2, 1/4, 1/8, ... whatever H, right for 8 heads "
             "only: the slopes are 2^(-8 (h + 1) / H), so their ratio "
             "depends on H", _ALIBI),
+    base_e=("those are powers of e, exp(-8 (h + 1) / H): ALiBi's slopes "
+            "are powers of 2, 2 ** (-8 * (h + 1) / H), 1/2 to 1/256 for "
+            "8 heads", _ALIBI),
     half=("the values are right but stored in a 16-bit dtype, float16 "
           "or bfloat16, which keeps only 11 or 8 significant bits: "
           "return float32 (or a list of Python floats)", _ALIBI),
@@ -237,6 +240,14 @@ def _from_zero(num_heads: int) -> list[float]:
     shifted = [2.0 ** (-8 * h / p) for h in range(p)]
     twice = [2.0 ** (-8 * h / (2 * p)) for h in range(2 * p)]
     return shifted + twice[0::2][:num_heads - p]
+
+
+def _base_e(num_heads: int) -> list[float]:
+    # The recipe with every power of 2 written as a power of e.
+    p = 2 ** math.floor(math.log2(num_heads))
+    first = [math.exp(-8 * (h + 1) / p) for h in range(p)]
+    twice = [math.exp(-8 * (h + 1) / (2 * p)) for h in range(2 * p)]
+    return first + twice[0::2][:num_heads - p]
 
 
 def _interleaved(num_heads: int) -> list[float]:
@@ -317,6 +328,8 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                     dtype=torch.float64)),
                 (SLOPES["from_zero"],
                  torch.tensor(_from_zero(num_heads), dtype=torch.float64)),
+                (SLOPES["base_e"],
+                 torch.tensor(_base_e(num_heads), dtype=torch.float64)),
             ])
         if problem is not None:
             return problem
