@@ -4961,13 +4961,13 @@ def test_chapter14_final_square_mask_is_named(name):
 
 # --- chapter 1: more planted mistakes (final round) ---
 # Exercises 1.2 and 1.4: an answer that matches no catalogued mistake
-# (one id off, a count of 45) still names the section that explains it.
+# (one id off, a count of 46) still names the section that explains it.
 
 
 @pytest.mark.parametrize("checker, args", [
-    ("check_pad_scores", (45,)),
+    ("check_pad_scores", (46,)),
     ("check_padded_batch", ([[12, 13, 3, 8], [1, 2, 11, 0]], [4, 3])),
-    ("check_padded_batch", ([[12, 13, 3, 8], [1, 2, 10, 0]], [4, 2]))])
+    ("check_padded_batch", ([[12, 13, 3, 8], [1, 2, 10, 0]], [4, 1]))])
 def test_chapter1_final_unmatched_answers_name_the_section(checker, args):
     verdict = getattr(exercises, checker)(*args)
     assert not verdict, verdict.message
@@ -5098,3 +5098,35 @@ def test_torch_masks_names_a_list_for_a_tensor():
 
 WRONG["check_alibi_slopes"]["base_e"] = lambda: (
     lambda n: [math.exp(-8 * (h + 1) / n) for h in range(n)],)
+# --- chapter 1: more planted mistakes (round 48) ---
+# Exercise 1.1: only a comma followed by a space deleted, ", " for ","
+# (the comma of "1,000" stays, although nothing was stripped). Exercise
+# 1.2: each row's last index (counting from 0) for its length, [3, 2].
+# Exercise 1.4: the inclusion-exclusion sign error, 18 + 18 + 9 = 45; 27
+# counted in every sentence, 4 x 27 = 108; all 144 scores less the 18 with
+# a pad as the query, 126. learn_bpe's exercise copy stops when no pair is
+# left instead of raising IndexError.
+WRONG["check_tokenizer"]["comma_space"] = lambda: (
+    lambda t: tokenize(t.replace(", ", " ")),)
+WRONG["check_tokenizer"]["comma_space/regex"] = lambda: (
+    lambda t: tokenize(re.sub(r",\s", " ", t)),)
+WRONG["check_padded_batch"]["last_index"] = lambda: (
+    [[12, 13, 3, 8], [1, 2, 10, 0]], [3, 2])
+WRONG["check_pad_scores"].update({
+    "pad_pad_added": lambda: (45,),
+    "every_sentence": lambda: (108,),
+    "query_rows_only": lambda: (126,),
+})
+
+
+def test_chapter1_round48_strip_still_names_stripping():
+    verdict = _check("check_tokenizer", (lambda t: [
+        w.strip(",") for w in tokenize(t)],))
+    assert CATALOGUE["check_tokenizer"]["inner_comma"].message \
+        in verdict.message, verdict.message
+
+
+def test_chapter1_round48_bpe_copy_stops_when_no_pair_is_left():
+    from mha_lib.exercises.chapter01 import _bpe
+    assert _bpe({"a": 3}, 5) == [("a", "</w>")]
+    assert _bpe({"ab": 2, "b": 1}, 9) == [("b", "</w>"), ("a", "b</w>")]

@@ -42,6 +42,9 @@ TOKENIZER = catalogue(
                  "delete them before splitting", "Tokenization"),
     comma_kept=("a comma is still glued to its word (\"hello,\"): remove "
                 "the commas before splitting", "Tokenization"),
+    comma_space=("a comma with no space after it stays (\"1,000\"): "
+                 "deleting \", \", a comma followed by a space, misses it; "
+                 "delete every \",\", wherever it stands", "Tokenization"),
     inner_comma=("a comma inside a word stays (\"1,000\"): stripping the "
                  "ends of each token misses it; delete every comma, "
                  "wherever it stands", "Tokenization"),
@@ -113,6 +116,7 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
             (TOKENIZER["comma_token"], "," in given),
             (TOKENIZER["comma_kept"],
              any(t.startswith(",") or t.endswith(",") for t in given)),
+            (TOKENIZER["comma_space"], inner and _keeps_a_last_comma(fn)),
             (TOKENIZER["inner_comma"], any("," in t for t in given)),
             (TOKENIZER["marks_kept"],
              any(m in t for t in given for m in "!.?")),
@@ -142,6 +146,12 @@ def _splits_any_whitespace(fn: Callable[[str], list[str]]) -> bool:
     tab give no empty token."""
     return attempt(fn, "a  b\tc", shown=repr("a  b\tc")).value == [
         "a", "b", "c"]
+
+
+def _keeps_a_last_comma(fn: Callable[[str], list[str]]) -> bool:
+    """Whether ``fn`` keeps a comma with no space after it, as deleting
+    only ", " does (stripping each token's ends does not)."""
+    return attempt(fn, "yes,", shown=repr("yes,")).value == ["yes,"]
 
 
 def _first_difference(given: list, want: list) -> int:
@@ -235,6 +245,9 @@ PADDED = catalogue(
     padded_lengths=("lengths should be the true lengths, before padding, "
                     "not the padded length", "Padding sentences of "
                                              "different lengths"),
+    last_index=("these look like the index of each row's last token "
+                "(counting from 0): a length counts the tokens, one more",
+                "Padding sentences of different lengths"),
     pad_counts=("lengths should count the real tokens of each text, "
                 "not its pads", "Padding sentences of different lengths"),
     transposed=("the batch is transposed: one row per text, "
@@ -336,6 +349,7 @@ def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
             (PADDED["padded_lengths"],
              torch.full_like(want_lengths, want_ids.size(1))),
             (PADDED["pad_counts"], want_ids.size(1) - want_lengths),
+            (PADDED["last_index"], want_lengths - 1),
             (PADDED["swapped_lengths"], want_lengths.flip(0))])
     if problem is None and lengths.is_floating_point():
         return PADDED["floats"].verdict("lengths")
@@ -369,7 +383,10 @@ def _bpe(word_counts: dict[str, int], num_merges: int, end: bool = True,
         return [pair for pair, _ in count().most_common(num_merges)]
     merges = []
     for _ in range(num_merges):
-        best = count().most_common(1)[0][0]
+        pairs = count()
+        if not pairs:  # every word is one symbol: nothing left to merge
+            break
+        best = pairs.most_common(1)[0][0]
         merges.append(best)
         merged = {}
         for symbols, n in words.items():
@@ -611,6 +628,20 @@ PAD_SCORES = catalogue(
             "Padding sentences of different lengths"),
     share=("give the number of scores, not their share",
            "Padding sentences of different lengths"),
+    pad_pad_added=("the scores between two pads were added instead of "
+                   "subtracted: the scores with a pad as the query and "
+                   "those with a pad as the key both hold them, so "
+                   "subtract them once (inclusion-exclusion)",
+                   "Padding sentences of different lengths"),
+    every_sentence=("that counts a pad's scores in every sentence, but "
+                    "only the last sentence has pads: the scores of the "
+                    "other three involve none",
+                    "Padding sentences of different lengths"),
+    query_rows_only=("that is all the scores less those with a pad as the "
+                     "query: it still counts the scores with no pad; "
+                     "count the scores that involve a pad, as the query, "
+                     "the key or both", "Padding sentences of different "
+                                        "lengths"),
     pads=("that is the number of pads, not of scores: every pad has a "
           "row and a column of scores", "Padding sentences of different "
                                         "lengths"),
@@ -640,6 +671,9 @@ def check_pad_scores(n: int) -> Verdict:
         (PAD_SCORES["share"], want / total),
         (PAD_SCORES["share"], 100 * want / total),
         (PAD_SCORES["pads"], pads),
+        (PAD_SCORES["pad_pad_added"], 2 * one_side + pad_pad),
+        (PAD_SCORES["every_sentence"], want * ids.size(0)),
+        (PAD_SCORES["query_rows_only"], total - one_side),
     ])
     if problem is not None:
         return _pointed(problem, PADDING)
