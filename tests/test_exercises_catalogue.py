@@ -5130,3 +5130,30 @@ def test_chapter1_round48_bpe_copy_stops_when_no_pair_is_left():
     from mha_lib.exercises.chapter01 import _bpe
     assert _bpe({"a": 3}, 5) == [("a", "</w>")]
     assert _bpe({"ab": 2, "b": 1}, 9) == [("b", "</w>"), ("a", "b</w>")]
+# --- chapter 14: more planted mistakes (round 48) ---
+# Exercise 14.1, second half: the length at batch 32 computed from one
+# sequence's position (batch 1): exactly 32 times too long; and the whole
+# model in float32 (4-byte weights and 4-byte cache numbers). Exercise 14.2:
+# repeat_interleave(H) makes H copies of each key/value head, not g.
+
+def _fits_length_one_sequence(num_kv_heads):
+    free = 80 * 2**30 - 2 * _PARAMS_7B
+    sequence = 2 * 32 * num_kv_heads * 128 * 4096 * 2
+    position = 2 * 32 * num_kv_heads * 128 * 1 * 2  # batch 1, not 32
+    return free // sequence, free // position
+
+
+def _fits_all_float32(num_kv_heads):
+    free = 80 * 2**30 - 4 * _PARAMS_7B
+    sequence = 2 * 32 * num_kv_heads * 128 * 4096 * 4
+    position = 2 * 32 * num_kv_heads * 128 * 32 * 4
+    return free // sequence, free // position
+
+
+WRONG["check_cache_capacity"]["length_one_sequence"] = lambda: (
+    _fits_length_one_sequence,)
+WRONG["check_cache_capacity"]["all_float32"] = lambda: (_fits_all_float32,)
+WRONG["check_expand_kv"]["h_copies"] = lambda: (
+    lambda x, h: x.repeat_interleave(h, dim=1),)
+WRONG["check_expand_kv"]["h_copies/repeat"] = lambda: (
+    lambda x, h: x.unsqueeze(2).expand(-1, -1, h, -1, -1).flatten(1, 2),)

@@ -1246,12 +1246,13 @@ def gqa(groups: list[Grouping]) -> Svg:
             f"{name} attention with {g.kv_heads} key/value heads: query heads "
             + ", ".join(f"{h} reads key/value head {r}" for h, r in enumerate(g.reads))
             + f"; k_proj and v_proj map {g.kv_proj[1]} to {g.kv_proj[0]} numbers; the "
-            f"cache holds {fmt(g.cache)} keys, {g.per_token} numbers per token")
+            f"cache holds {fmt(g.cache)} keys, {g.per_token} numbers per token and layer")
     desc = ("Multi-head, grouped-query and multi-query attention side by side, with 4 "
             "query heads of dimension 2 on the running example. " + ". ".join(parts)
-            + ". Query head h reads key/value head floor(h / g), g = H / H_kv query "
-            "heads per group.")
-    svg = Svg(300, "Four query heads sharing four, two or one key/value heads", desc)
+            + ". Each key/value head serves g = H / H_kv query heads; query head h "
+            "reads key/value head floor(h / g). Numbers are cached per token and per "
+            "layer.")
+    svg = Svg(322, "Four query heads sharing four, two or one key/value heads", desc)
     panel = WIDTH / len(groups)
     for p, g in enumerate(groups):
         x0 = p * panel
@@ -1284,8 +1285,10 @@ def gqa(groups: list[Grouping]) -> Svg:
         svg.text(mid, 251, f"{g.per_token} numbers per token", size=14, weight="bold")
         if p:
             svg.line(x0, 12, x0, 258, arrow=False, stroke=BOX_EDGE, width=1, dash="5 4")
-    svg.text(WIDTH / 2, 284, "query head h reads key/value head \u230ah / g\u230b; "
-             "g = H / H_{kv} query heads share one key/value head", size=13.5, fill=MUTED)
+    svg.text(WIDTH / 2, 286, "Each key/value head serves g = H / H_{kv} query heads. "
+             "Query head h reads head \u230ah / g\u230b.", size=15, fill=MUTED)
+    svg.text(WIDTH / 2, 310, "Numbers are cached per token and per layer.", size=15,
+             fill=MUTED)
     return svg
 
 

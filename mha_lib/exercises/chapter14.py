@@ -111,6 +111,13 @@ FITS = catalogue(
                 "bytes of a sequence and of a position", _SIZE),
     swapped=("the two answers are swapped: return (sequences at "
              "L = 4,096, length at batch 32), in that order", _SIZE),
+    length_one_sequence=("the length is 32 times too long: divide by "
+                         "the bytes of one position for the whole batch "
+                         "(batch=32), not for one sequence", _SIZE),
+    all_float32=("that counts the model in float32, 4 bytes a number; "
+                 "the 7B-like model is float16, 2 bytes: 2 x params "
+                 "bytes of weights and bytes_per_number=2 in the cache",
+                 _SIZE),
 )
 
 
@@ -160,6 +167,10 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                     (FITS["float32_weights"],
                      (80 * 2**30 - 2 * weights) // unit),
                     (FITS["float32_cache"], free // (2 * unit)),
+                    (FITS["all_float32"],
+                     (80 * 2**30 - 2 * weights) // (2 * unit)),
+                    *([(FITS["length_one_sequence"], free // (unit // 32))]
+                      if i == 1 else []),
                     (FITS["kv_ignored"],
                      free // (unit // num_kv_heads * 32)),
                 ])
@@ -186,6 +197,9 @@ EXPAND = catalogue(
     no_merge=("the group axis is still there, (B, H_kv, g, L, D): merge "
               "it into the head axis with a final reshape to "
               "(B, H, L, D)", _GQA),
+    h_copies=("each key/value head is copied H times, H_kv x H heads in "
+              "all: copy it g = H / H_kv times (num_heads // x.size(1)), "
+              "one copy per query head of its group", _GQA),
     expand_alone=("expand only stretches an axis of size 1, and the head "
                   "axis has H_kv: insert a group axis of size 1 first, "
                   "x.unsqueeze(2), expand it to g, then reshape", _GQA),
@@ -247,6 +261,10 @@ def check_expand_kv(
         if call.verdict is not None:
             return call.verdict
         expected = x.repeat_interleave(group, dim=1)  # (B, H, L, D)
+        if (num_kv_heads > 1 and isinstance(call.value, torch.Tensor)
+                and tuple(call.value.shape) == (
+                    batch, num_kv_heads * num_heads, length, head_dim)):
+            return EXPAND["h_copies"].verdict(call.label)
         if (isinstance(call.value, torch.Tensor) and tuple(call.value.shape)
                 == (batch, num_kv_heads, group, length, head_dim)):
             return EXPAND["no_merge"].verdict(call.label)
