@@ -5012,3 +5012,16 @@ for _where in ("rope", "latent", "both", "front"):
             lambda m, x: _scores18_head_axis(m, x, where),))
 WRONG["check_absorbed_scores"]["heads_swapped"] = lambda: (
     lambda m, x: _scores18_head_axis(m, x, "swapped"),)
+
+
+# --- chapter 18: exercise 18.5's hints (round 48) ---
+# FlashMLA's FLOPs-per-byte count has its own section; a hint that sent the
+# reader to the cache-bytes table named a section without the count.
+
+def test_chapter18_flops_per_byte_hints_name_the_section_with_the_count():
+    verdict = _check("check_decode_flops_per_byte",
+                     (lambda h, s, d_k, d_v: 2 * h * s,))  # approximate
+    assert not verdict
+    assert "'What bounds a decoding step' in chapter 18" in verdict.message
+    assert {m.section for m in CATALOGUE["check_decode_flops_per_byte"]
+            .values()} == {"What bounds a decoding step"}
