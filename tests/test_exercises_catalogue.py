@@ -5157,3 +5157,14 @@ WRONG["check_expand_kv"]["h_copies"] = lambda: (
     lambda x, h: x.repeat_interleave(h, dim=1),)
 WRONG["check_expand_kv"]["h_copies/repeat"] = lambda: (
     lambda x, h: x.unsqueeze(2).expand(-1, -1, h, -1, -1).flatten(1, 2),)
+# --- chapter 18: exercise 18.5's hints (round 48) ---
+# FlashMLA's FLOPs-per-byte count has its own section; a hint that sent the
+# reader to the cache-bytes table named a section without the count.
+
+def test_chapter18_flops_per_byte_hints_name_the_section_with_the_count():
+    verdict = _check("check_decode_flops_per_byte",
+                     (lambda h, s, d_k, d_v: 2 * h * s,))  # approximate
+    assert not verdict
+    assert "'What bounds a decoding step' in chapter 18" in verdict.message
+    assert {m.section for m in CATALOGUE["check_decode_flops_per_byte"]
+            .values()} == {"What bounds a decoding step"}

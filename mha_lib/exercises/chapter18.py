@@ -29,7 +29,7 @@ _ABSORBED = "The absorbed form"
 _LATENT = "Keys and values from a latent"
 _TABLE = "One table: what each design caches"
 _ROPE = "Positions need their own key"
-_BOUND = _TABLE
+_BOUND = "What bounds a decoding step"
 
 ABSORB = catalogue(
     "check_absorbed_query", 18,
