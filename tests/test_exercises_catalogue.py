@@ -2424,6 +2424,11 @@ WRONG["check_einops_mask"]["padding_only/unbroadcast"] = lambda: (
 
 WRONG["check_expand_kv"]["no_merge"] = lambda: (
     lambda x, h: x.unsqueeze(2).expand(-1, -1, h // x.size(1), -1, -1),)
+# Exercise 14.2: repeat_interleave along the length axis (dim=2), not
+# the head axis: (B, H_kv, g L, D); the hint names the axis, not only the
+# shape.
+WRONG["check_expand_kv"]["length_axis"] = lambda: (
+    lambda x, h: x.repeat_interleave(h // x.size(1), dim=2),)
 
 
 # --- chapter 7: more planted mistakes ---

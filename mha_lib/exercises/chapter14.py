@@ -203,6 +203,9 @@ EXPAND = catalogue(
     expand_alone=("expand only stretches an axis of size 1, and the head "
                   "axis has H_kv: insert a group axis of size 1 first, "
                   "x.unsqueeze(2), expand it to g, then reshape", _GQA),
+    length_axis=("that repeats along the length axis (dim=2), so each "
+                 "position appears g times: the copies go along the head "
+                 "axis, repeat_interleave(g, dim=1)", _GQA),
 )
 
 
@@ -276,6 +279,7 @@ def check_expand_kv(
                     batch, num_kv_heads, length, group, head_dim).reshape(
                         expected.shape)),
                 (EXPAND["group_size"], x),
+                (EXPAND["length_axis"], x.repeat_interleave(group, dim=2)),
             ])
         if problem is not None:
             return problem
