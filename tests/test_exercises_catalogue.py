@@ -5173,3 +5173,24 @@ def test_chapter18_flops_per_byte_hints_name_the_section_with_the_count():
     assert "'What bounds a decoding step' in chapter 18" in verdict.message
     assert {m.section for m in CATALOGUE["check_decode_flops_per_byte"]
             .values()} == {"What bounds a decoding step"}
+# --- chapter 1: more planted mistakes (round 50) ---
+# Exercise 1.1: ", " deleted, comma and space together, which glues
+# "Hello, what" into "hellowhat" (round 48's hint caught only ", " -> " ");
+# the tokens returned joined into one string. Exercise 1.3: the split of
+# bugs written as one string. Exercise 1.4: the pads' share of the last
+# row's scores (0.75, or 75 %) and any other share; all 144 scores less the
+# last row's 9 real pairs (135); the 24 positions; the 21 real tokens.
+WRONG["check_tokenizer"].update({
+    "glued_words": lambda: (lambda t: tokenize(t.replace(", ", "")),),
+    "glued_words/regex": lambda: (lambda t: tokenize(re.sub(r",\s*", "", t)),),
+    "joined_string": lambda: (lambda t: " ".join(tokenize(t.replace(",", ""))),),
+})
+WRONG["check_bpe_split"]["one_string"] = lambda: ("b ug s </w>",)
+WRONG["check_pad_scores"].update({
+    "share/row": lambda: (0.75,),
+    "share/row_percent": lambda: (75,),
+    "share/other": lambda: (0.5,),
+    "all_less_real_row": lambda: (135,),
+    "positions": lambda: (24,),
+    "real_tokens": lambda: (21,),
+})

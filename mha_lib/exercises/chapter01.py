@@ -74,6 +74,13 @@ TOKENIZER = catalogue(
     marks_kept=("a ! . or ? is still glued to its word (\"next!\" keeps "
                 "its !): tokenize deletes every ! . ?; delete the commas, "
                 "then call tokenize", "Tokenization"),
+    glued_words=("two words are glued into one: deleting \", \", the "
+                 "comma with the space after it, removes the space "
+                 "between them; delete only the commas",
+                 "Tokenization"),
+    joined_string=("the tokens come back as one string: return the list "
+                   "of tokens, as tokenize does, not joined by spaces",
+                   "Tokenization"),
     too_much_removed=("other characters went too (an apostrophe, a "
                       "hyphen, a colon, a semicolon or a quote mark): only "
                       "commas go, besides the ! . ? that tokenize drops",
@@ -96,10 +103,13 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
         given, want = call.value, strip_all_punctuation(text)
         if given == want:
             continue
+        if isinstance(given, str):
+            return TOKENIZER["joined_string"].verdict(call.label)
         if not isinstance(given, list) or not all(
                 isinstance(t, str) for t in given):
             return Verdict(False, f"{call.label} should be a list of "
-                                  f"str, got {type(given).__name__}")
+                                  f"str, got {type(given).__name__} "
+                                  f"(see 'Tokenization' in chapter 1)")
         dropped = "" in want and given == [t for t in want if t]
         if dropped:
             # split() also splits at a tab; a filter on '' does not
@@ -129,6 +139,11 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
         for mistake, found in wrong:
             if found:
                 return mistake.verdict(call.label)
+        glued = [a + b for a, b in zip(want, want[1:], strict=False)
+                 if a + b in given]
+        if glued:  # "hello" and "what" as "hellowhat"
+            return TOKENIZER["glued_words"].verdict(
+                f"{call.label} gives {glued[0]!r}")
         i = _first_difference(given, want)
         got = repr(given[i]) if i < len(given) else "nothing"
         wanted = repr(want[i]) if i < len(want) else "nothing"
@@ -509,7 +524,8 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
     want = _bpe(BPE_CORPUS, 3)
     if not isinstance(merges, (list, tuple)):
         return Verdict(False, f"merges should be a list of pairs, got "
-                              f"{type(merges).__name__}")
+                              f"{type(merges).__name__} (see '{SECTION}' "
+                              f"in chapter 1)")
     merges = list(merges)
     if merges and all(isinstance(m, str) for m in merges):
         return BPE["joined"].verdict("merges")
@@ -576,6 +592,9 @@ SPLIT = catalogue(
     marker_joined=("no merge joins \"s\" and \"</w>\": (\"s\", "
                    "\"</w>\") is not among the three merges, so the two "
                    "stay apart", SECTION),
+    one_string=("the pieces are one string: write them as a list, one "
+                "string per piece, such as [\"x\", \"y\", \"</w>\"]",
+                SECTION),
     unmerged=("apply the merges in order: the first, (\"u\", \"g\"), "
               "joins the u and g of bugs", SECTION),
 )
@@ -586,10 +605,13 @@ def check_bpe_split(pieces: list[str]) -> Verdict:
     merges of BPE on ``BPE_CORPUS``, as a list of pieces."""
     word = "bugs"
     want = list(_words_after({word: 1}, _bpe(BPE_CORPUS, 3))[0])
+    if isinstance(pieces, str):
+        return SPLIT["one_string"].verdict("pieces")
     if not isinstance(pieces, (list, tuple)) or not all(
             isinstance(p, str) for p in pieces):
         return Verdict(False, f"pieces should be a list of strings, got "
-                              f"{type(pieces).__name__}")
+                              f"{type(pieces).__name__} (see '{SECTION}' "
+                              f"in chapter 1)")
     pieces = list(pieces)
     if pieces == want:
         return Verdict(True, f"{' '.join(pieces)}: ('b', 'ug</w>') "
@@ -645,7 +667,27 @@ PAD_SCORES = catalogue(
     pads=("that is the number of pads, not of scores: every pad has a "
           "row and a column of scores", "Padding sentences of different "
                                         "lengths"),
+    all_less_real_row=("that is all the scores less the last sentence's "
+                       "scores between two real tokens: the other three "
+                       "sentences have no pads, so none of their scores "
+                       "involve one", "Padding sentences of different "
+                                      "lengths"),
+    positions=("that is the number of positions, B x L, not of scores: "
+               "each sentence has L x L scores, one per (query, key) "
+               "pair", "Padding sentences of different lengths"),
+    real_tokens=("that is the number of real tokens, not of scores that "
+                 "involve a pad: every pad has a row and a column of "
+                 "scores", "Padding sentences of different lengths"),
 )
+
+
+def _a_share(n: object) -> bool:
+    """Whether ``n`` is a number strictly between 0 and 1 (a fraction,
+    which no count of scores can be)."""
+    if isinstance(n, torch.Tensor) and n.numel() == 1:
+        n = n.item()
+    return (isinstance(n, int | float) and not isinstance(n, bool)
+            and 0 < n < 1)
 
 
 def check_pad_scores(n: int) -> Verdict:
@@ -663,6 +705,8 @@ def check_pad_scores(n: int) -> Verdict:
     pads = int((~real).sum())
     one_side = int((~real).sum() * ids.size(1))  # pads' rows only
     pad_pad = int(((~real).sum(1) ** 2).sum())  # between two pads
+    last = no_pad[-1].numel()  # the last sentence's L x L scores
+    last_want = last - int(no_pad[-1].sum())
     problem = check_number("n", n, want, mistakes=[
         (PAD_SCORES["one_side"], one_side),
         (PAD_SCORES["pad_pad_twice"], 2 * one_side),
@@ -670,11 +714,18 @@ def check_pad_scores(n: int) -> Verdict:
         (PAD_SCORES["no_pad"], total - want),
         (PAD_SCORES["share"], want / total),
         (PAD_SCORES["share"], 100 * want / total),
+        (PAD_SCORES["share"], last_want / last),  # of the last row: 3/4
+        (PAD_SCORES["share"], 100 * last_want / last),
+        (PAD_SCORES["all_less_real_row"], total - int(no_pad[-1].sum())),
+        (PAD_SCORES["positions"], real.numel()),
+        (PAD_SCORES["real_tokens"], int(real.sum())),
         (PAD_SCORES["pads"], pads),
         (PAD_SCORES["pad_pad_added"], 2 * one_side + pad_pad),
         (PAD_SCORES["every_sentence"], want * ids.size(0)),
         (PAD_SCORES["query_rows_only"], total - one_side),
     ])
+    if problem is not None and _a_share(n):  # 0 < n < 1: not a count
+        return PAD_SCORES["share"].verdict(f"n = {float(n):.4g}")
     if problem is not None:
         return _pointed(problem, PADDING)
     return Verdict(True, f"{want} of the {total} scores involve a pad: "
