@@ -5194,3 +5194,30 @@ WRONG["check_pad_scores"].update({
     "positions": lambda: (24,),
     "real_tokens": lambda: (21,),
 })
+# --- chapter 12: more planted mistakes (round 50) ---
+# Exercise 12.2, as a reader writes them: both residuals left out; the
+# causal mask inverted, mask=~causal_mask(L); the SiLU on the product,
+# silu(w1(z) * w3(z)); norm2 forgotten, so the FFN reads the raw stream.
+# Exercise 12.4: Exercise 12.1's attention and FFN biases carried into the
+# Llama count, with RMSNorms of gamma only.
+
+
+def _llama_r50(p, x, how):
+    mask = ~causal_mask(x.size(1)) if how == "inverted_mask" else None
+    h = p.attn(p.norm1(x), mask=mask, need_weights=False,
+               is_causal=mask is None)[0]
+    h = h if how == "no_residual" else x + h
+    z = h if how == "raw_ffn_input" else p.norm2(h)
+    if how == "silu_of_product":
+        f = p.w2(F.silu(p.w1(z) * p.w3(z)))
+    else:
+        f = p.w2(F.silu(p.w1(z)) * p.w3(z))
+    return f if how == "no_residual" else h + f
+
+
+WRONG["check_llama_block"].update({
+    name: (lambda name=name: (lambda p, x: _llama_r50(p, x, name),))
+    for name in ("no_residual", "inverted_mask", "silu_of_product",
+                 "raw_ffn_input")})
+WRONG["check_llama_block_params"]["all_biases/no_betas"] = lambda: (
+    lambda d, f: 4 * d * d + 4 * d + 3 * d * f + f + d + 2 * d,)

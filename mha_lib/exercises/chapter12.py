@@ -19,6 +19,7 @@ from mha_lib.exercises.verdict import (
     check_calls,
     check_tensor,
 )
+from mha_lib.masks import causal_mask
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["check_block_params", "check_pre_norm", "check_llama_block",
@@ -188,6 +189,8 @@ def _wrong_llama_counts(d: int, d_ff: int) -> list:
             (LLAMA["attention_biases"], right + 4 * d),
             (LLAMA["ffn_biases"], right + 2 * d_ff + d),
             (LLAMA["all_biases"], right + 4 * d + 2 * d_ff + d),
+            # 12.1's biases as they were: attention 4 d, FFN d_ff + d
+            (LLAMA["all_biases"], right + 4 * d + d_ff + d),
             (LLAMA["norm_betas"], right + 2 * d),
             (LLAMA["no_norms"], right - 2 * d),
             (LLAMA["one_rms_norm"], right - d),
@@ -508,6 +511,11 @@ LLAMA_BLOCK = catalogue(
                        "Residual connections"),
     no_second_residual=("the second residual is missing: h + "
                         "swiglu(norm2(h))", "Residual connections"),
+    no_residual=("both residuals are missing: add each sublayer's output "
+                 "to its input, h = x + attn(norm1(x)), then "
+                 "h + swiglu(norm2(h))", "Residual connections"),
+    raw_ffn_input=("the FFN reads the raw stream h: norm2 is missing, "
+              "h + swiglu(norm2(h))", _BLOCK),
     swapped_order=("the sublayers run in the wrong order (the FFN "
                    "first): attention comes first", _BLOCK),
     layer_norm=("this subtracts the mean (LayerNorm): RMSNorm divides by "
@@ -526,6 +534,10 @@ LLAMA_BLOCK = catalogue(
              "w3(z) before w2", _LLAMA),
     no_silu=("the SiLU is missing: w2(silu(w1(z)) * w3(z)), not "
              "w2(w1(z) * w3(z))", _LLAMA),
+    silu_of_product=("the SiLU is on the product: it goes on w1(z) "
+                     "alone, before the gate multiplies it, "
+                     "silu(w1(z)) * w3(z), not silu(w1(z) * w3(z))",
+                     _LLAMA),
     gelu=("this uses GELU: SwiGLU's activation is SiLU, z * sigmoid(z) "
           "(F.silu)", _LLAMA),
     sigmoid=("this uses the sigmoid alone: SiLU is z * sigmoid(z) "
@@ -535,6 +547,10 @@ LLAMA_BLOCK = catalogue(
     no_mask=("this attention has no causal mask: Llama is a decoder, "
              "each token attends to itself and the tokens before it, "
              "block.attn(h, need_weights=False, is_causal=True)", _BLOCK),
+    inverted_mask=("this mask is inverted (~causal_mask(L)): each token "
+                   "attends only to the tokens after it. The book's "
+                   "masks are True = may attend, so pass causal_mask(L) "
+                   "as it is, or is_causal=True", _BLOCK),
     raw_key_value=("attention gets norm1(x) as the query only: the keys "
                    "and values must be normalised too, attn(norm1(x))",
                    _BLOCK),
@@ -568,6 +584,9 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor, how: str = "right",
     ``causal=False`` the wrong one as written without the mask too."""
     def attn(h):
         kv = x if how == "raw_key_value" else None
+        if how == "inverted_mask":  # True = may attend, inverted
+            return p.attn(h, kv, kv, mask=~causal_mask(h.size(1)),
+                          need_weights=False)[0]
         return p.attn(h, kv, kv, need_weights=False,
                       is_causal=causal and how != "no_mask")[0]
 
@@ -577,6 +596,8 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor, how: str = "right",
             a, g = g, a
         act = {"no_silu": lambda t: t, "gelu": F.gelu, "relu": F.relu,
                "sigmoid": torch.sigmoid}.get(how, F.silu)
+        if how == "silu_of_product":
+            return p.w2(F.silu(a * g))
         return p.w2(act(a) if how == "no_gate" else act(a) * g)
 
     n1, n2 = p.norm1, p.norm2
@@ -599,6 +620,11 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor, how: str = "right",
     if how == "swapped_order":
         h = x + ffn(n1(x))
         return h + attn(n2(h))
+    if how == "no_residual":
+        return ffn(n2(attn(n1(x))))
+    if how == "raw_ffn_input":
+        h = x + attn(n1(x))
+        return h + ffn(h)
     h = x + attn(n1(x))
     out = h + ffn(n2(h))
     if how.startswith("final_norm"):  # a fresh RMSNorm, norm1 or norm2
@@ -654,7 +680,8 @@ def check_llama_block(
                                       "normalised_stream2", "final_norm1",
                                       "final_norm2")
                           if how not in ("pair_sum", "in_place")
-                          and (causal or how != "no_mask")])
+                          and (causal or how not in ("no_mask",
+                                                     "inverted_mask"))])
         if problem is not None:
             return problem
     return Verdict(
