@@ -5221,3 +5221,41 @@ WRONG["check_llama_block"].update({
                  "raw_ffn_input")})
 WRONG["check_llama_block_params"]["all_biases/no_betas"] = lambda: (
     lambda d, f: 4 * d * d + 4 * d + 3 * d * f + f + d + 2 * d,)
+
+# --- chapter 18: two wrong answers with generic feedback (round 50) ---
+# Exercise 18.2: the length left out (one token's cache) was called "2 to
+# 10 times too small". Exercise 18.4: the scale over sqrt(d_model / H),
+# which is not the head width when head_dim is set apart, was called
+# "1.22 times the right values everywhere".
+
+
+def _scores18_scale_d_model(m, x, rope=False):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = split_heads(m.q_proj(x), heads)
+    q_r = apply_rotary(split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)[:, None]
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))
+    s = (q @ w_uk) @ m.kv_down(x)[:, None].mT + q_r @ k_r.mT
+    width = x.size(-1) // heads + (m.rope_dim if rope else 0)
+    return s / math.sqrt(width)
+
+
+WRONG["check_latent_cache_bytes"]["no_length"] = lambda: (
+    lambda c, r, length, batch, size: (c + r) * batch * size,)
+WRONG["check_absorbed_scores"]["d_model_heads"] = lambda: (
+    _scores18_scale_d_model,)
+WRONG["check_absorbed_scores"]["d_model_heads/plus_r"] = lambda: (
+    lambda m, x: _scores18_scale_d_model(m, x, rope=True),)
+
+
+@pytest.mark.parametrize("checker, name, word", [
+    ("check_latent_cache_bytes", "no_length", "length"),
+    ("check_absorbed_scores", "d_model_heads", "d_model / H"),
+    ("check_absorbed_scores", "d_model_heads/plus_r", "d_model / H")])
+def test_chapter18_round50_length_and_d_model_scale_are_named(checker, name,
+                                                              word):
+    verdict = _check(checker, WRONG[checker][name]())
+    assert not verdict
+    assert word in verdict.message, verdict.message
+    assert "times too small" not in verdict.message
+    assert "times the right values" not in verdict.message

@@ -30,6 +30,7 @@ _LATENT = "Keys and values from a latent"
 _TABLE = "One table: what each design caches"
 _ROPE = "Positions need their own key"
 _BOUND = "What bounds a decoding step"
+_DECODE = "Decoding with a latent cache"
 
 ABSORB = catalogue(
     "check_absorbed_query", 18,
@@ -132,10 +133,10 @@ CACHE = catalogue(
     per_head=("that is a multi-head cache of keys and values; this one "
               "holds the latent and the rotary key", _TABLE),
     factor_two=("no factor 2: one latent serves both keys and values",
-                _TABLE),
+                _DECODE),
     times_heads=("no factor H: the latent and the rotary key are shared "
                  "by all heads, C + R numbers per token whatever the "
-                 "number of heads", _TABLE),
+                 "number of heads", _DECODE),
     no_rope=("the rotary key is cached too, beside the latent: C + R "
              "numbers per token", "Positions need their own key"),
     rope_twice=("one rotary key of R numbers per token, shared by all "
@@ -146,6 +147,8 @@ CACHE = catalogue(
     no_bytes=("that counts numbers, not bytes: multiply by "
               "bytes_per_number", _TABLE),
     no_batch=("that is one sequence; the batch multiplies it", _TABLE),
+    no_length=("that is one token's cache: multiply by length, the "
+               "number of tokens cached", _TABLE),
     all_layers=("that is DeepSeek-V2's 60 layers: the function gives one "
                 "layer's cache; multiply by the layers only in the "
                 "question after it", _TABLE),
@@ -188,6 +191,7 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["bits"], 8 * full),
             (CACHE["no_bytes"], full // size),
             (CACHE["no_batch"], full // batch),
+            (CACHE["no_length"], full // length),
             (CACHE["all_layers"], 60 * full),
             (CACHE["gib"], full / 2**30),
             (CACHE["gib"], full / 1e9),
@@ -291,6 +295,9 @@ SCORES = catalogue(
     scale_latent=("the absorbed form changes the order of the products, "
                   "not the scores: the scale stays 1/sqrt(D + R), not "
                   "1/sqrt(C + R)", _ABSORBED),
+    d_model_heads=("the head width is m.head_dim, not d_model / H: the "
+                   "module may set head_dim apart; the scale is "
+                   "1/sqrt(m.head_dim + m.rope_dim)", _ROPE),
     unscaled=("the scores are scaled by 1/sqrt(D + R), the full head "
               "width, as in the explicit form", _ROPE),
     transposed=("head h's latent query is q_h @ W_uk[h], its (D, C) "
@@ -494,6 +501,10 @@ def check_absorbed_scores(
                 (SCORES["scale_latent"], partial(_scores, m, x,
                                                  width=latent + rope)),
                 (SCORES["unscaled"], partial(_scores, m, x, width=1)),
+                *((SCORES["d_model_heads"], partial(
+                    _scores, m, x, width=d_model // heads + extra))
+                  for extra in (0, rope)
+                  if d_model // heads != head_dim),
                 (SCORES["key_not_rotated"], partial(_scores, m, x,
                                                     rotate_key=False)),
                 (SCORES["query_not_rotated"], partial(
@@ -538,23 +549,24 @@ def check_absorbed_scores(
 BOUND = catalogue(
     "check_decode_flops_per_byte", 18,
     half_flops=("that is half the count: either a multiply-add counted "
-                "as 1 FLOP (it is 2: a score of d_k numbers costs 2 d_k "
-                "FLOPs, a weighted value 2 d_v) or 4 bytes a number "
-                "(float32) where the cache holds bfloat16, 2 bytes a "
-                "number", _BOUND),
+                "as 1 FLOP (it is 2: a score of key_width numbers costs "
+                "2 key_width FLOPs, a weighted value 2 value_width) or 4 "
+                "bytes per number (float32) where the cache holds "
+                "bfloat16, 2 bytes per number", _BOUND),
     numbers=("that divides by numbers, not bytes: each cached number is "
              "2 bytes in bfloat16", _BOUND),
-    kv_apart=("that is h_q s_q: either the values' bytes were counted "
+    kv_apart=("that is H L_q: either the values' bytes were counted "
               "apart from the keys' (in MLA they are the keys' first C "
-              "numbers, read with them: 2 d_k bytes a token) or the "
+              "numbers, read with them: 2 key_width bytes per token) or "
+              "the "
               "weighted values' FLOPs were left out", _BOUND),
-    no_new_tokens=("each of the s_q new tokens of every query head "
+    no_new_tokens=("each of the L_q new tokens of every query head "
                    "scores and sums over the whole cache: multiply by "
-                   "s_q", _BOUND),
+                   "L_q", _BOUND),
     per_head=("the query heads share one cache: its bytes are read once "
-              "for all h_q heads, not once per head", _BOUND),
-    approximate=("that is the approximation 2 h_q s_q; the count is "
-                 "h_q s_q (d_k + d_v) / d_k", _BOUND),
+              "for all H heads, not once per head", _BOUND),
+    approximate=("that is the approximation 2 H L_q; the count is "
+                 "H L_q (key_width + value_width) / key_width", _BOUND),
     inverted=("that is bytes per FLOP: divide the FLOPs by the bytes",
               _BOUND),
     floor_division=("that is rounded down: // is integer (floor) "
@@ -589,6 +601,7 @@ def check_decode_flops_per_byte(fn: Callable[..., float]) -> Verdict:
         ])
         if problem is not None:
             return problem
-    return Verdict(True, "h_q s_q (d_k + d_v) / d_k FLOPs per byte: 2 h_q "
-                         "s_q (d_k + d_v) FLOPs per cached token over its "
-                         "2 d_k bytes")
+    return Verdict(True, "H L_q (key_width + value_width) / key_width "
+                         "FLOPs per byte: 2 H L_q (key_width + "
+                         "value_width) FLOPs per cached token over its "
+                         "2 key_width bytes")
