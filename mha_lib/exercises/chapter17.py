@@ -624,10 +624,10 @@ RING = catalogue(
     empty=("an empty slot holds -W, as held does in "
            "rolling_buffer_attention: a position at least W behind every "
            "query, which the window mask hides", _RING),
-    w_minus_one_slots=("that is a ring of W - 1 slots: a query reads only "
-                       "W - 1 cached keys, but rolling_buffer_attention "
-                       "reads the ring before it writes the new token, so "
-                       "its ring has W slots, position t in slot t % W",
+    w_minus_one_slots=("that is a ring of W - 1 slots: the ring of "
+                       "rolling_buffer_attention, like Mistral's rolling "
+                       "buffer, has W slots, one per key of the window, "
+                       "position t in slot t % W, so held has W entries",
                        _RING),
     empty_none=("None in a slot not yet written: held is an integer "
                 "tensor, so an empty slot holds the position -W, at least "
