@@ -1557,9 +1557,8 @@ def window_cache(w: WindowPicture) -> Svg:
     # [ring ; itself] first, then overwrites slot t mod W (which held t - W).
     mx, mw = 500, 44
     nx = mx + W * mw + 14  # the new token, beside the ring
-    svg.text(mx + (nx + mw - mx) / 2, 48, f"ring of W = {W} slots", size=15,
-             weight="bold")
-    svg.text(mx + W * mw / 2, 70, "slot = t mod W", size=15, fill=MUTED)
+    svg.text(mx + (nx + mw - mx) / 2, 66, f"ring of {W} slots: slot = t mod {W}", size=15,
+             fill=MUTED)
     for i in range(W):
         svg.text(mx + (i + 0.5) * mw, 91, f"{i}", size=15, fill=MUTED)
     svg.text(nx + mw / 2, 91, "new", size=15, fill=MUTED)
