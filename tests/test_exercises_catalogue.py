@@ -4236,6 +4236,12 @@ WRONG["check_ring_held"] = {
         lambda n, w: _ring_held(n, w, 0, min(n, w)),),
     "empty": lambda: (lambda n, w: _ring_held(n, w, empty=-1),),
     "empty/zero": lambda: (lambda n, w: _ring_held(n, w, empty=0),),
+    # round 50: a ring of W - 1 slots (the page says W - 1 would do);
+    # None, not -W, in a slot never written
+    "w_minus_one_slots": lambda: (
+        lambda n, w: _ring_held(n, w, n - w + 1, slots=max(w - 1, 1)),),
+    "empty_none": lambda: (
+        lambda n, w: [None if t == -w else t for t in _ring_held(n, w)],),
 }
 
 

@@ -1515,35 +1515,26 @@ def window_picture(length: int = 6, window: int = 3) -> WindowPicture:
 
 def window_cache(w: WindowPicture) -> Svg:
     W, L = w.window, w.length
-    steps = []
-    for t, (slots, (a, b)) in enumerate(zip(w.slots, w.read, strict=True)):
-        steps.append(f"token {t}: slots " + ", ".join(
-            f"{i} = {'empty' if pos is None else pos}" for i, pos in enumerate(slots))
-            + f", the query reads slots {a} to {b - 1}")
     desc = (
         f"Left: the sliding-window mask of the running example, L = {L}, W = {W}: query p "
         f"may attend key j if p - W < j <= p, so each query sees itself and the {W - 1} "
-        f"keys before it; the earlier keys are masked like the future ones. Middle: what "
-        f"mha_lib's KVCache(window={W}) stores when the tokens come one per call. Its "
-        f"storage has {w.capacity} slots, 2 (W - 1) + 1; it keeps the last {W - 1} "
-        "positions between calls and writes each new one after them; when the storage is "
-        "full it copies the kept positions to the front. " + "; ".join(steps) + ". Right: "
-        f"the ring buffer (Mistral's rolling buffer) of W = {W} slots, where position i "
-        "goes to slot i mod W, drawn as rolling_buffer_attention uses it: each row shows "
-        "the ring before the write and the new token beside it; the token reads the ring's "
-        f"last {W - 1} positions and itself, then overwrites the slot that held position "
-        f"t - {W}, which it did not read.")
-    svg = Svg(400, f"A sliding window of W = {W} and the cache that serves it", desc)
-    svg.text(WIDTH / 2, 24, f"A sliding window, W = {W}, on the running example "
-             f"(L = {L})", size=15, weight="bold")
+        f"keys before it; the earlier keys have slid out. Right: the ring buffer "
+        f"(Mistral's rolling buffer) of W = {W} slots, position t in slot t mod {W}, as "
+        "rolling_buffer_attention uses it, one row per decoded token t, level with the "
+        "mask's row of query t: the ring before the write, and the new token beside it. "
+        f"The token reads the ring's last {W - 1} positions and itself, then overwrites "
+        f"the slot that held position t - {W}, which it did not read.")
+    svg = Svg(440, f"A sliding window of W = {W} and the ring buffer that serves it", desc)
+    svg.text(WIDTH / 2, 26, f"A sliding window, W = {W}, on the running example "
+             f"(L = {L}), and its ring", size=16, weight="bold")
     # Left: the mask.
-    gx, gy, cell = 70, 96, 30
-    svg.text(gx + L * cell / 2, 68, "key j", size=13.5, fill=MUTED)
+    gx, gy, cell = 110, 100, 36
+    svg.text(gx + L * cell / 2, 66, "key j", size=15, fill=MUTED)
     for j in range(L):
-        svg.text(gx + (j + 0.5) * cell, 89, str(j), size=13.5, fill=MUTED)
-    svg.text(gx - 6, gy - 10, "query p", size=13.5, fill=MUTED, anchor="end")
+        svg.text(gx + (j + 0.5) * cell, 91, str(j), size=15, fill=MUTED)
+    svg.text(gx - 12, gy - 9, "query p", size=15, fill=MUTED, anchor="end")
     for p in range(L):
-        svg.text(gx - 10, gy + (p + 0.5) * cell + 5, str(p), size=13.5, fill=MUTED,
+        svg.text(gx - 12, gy + (p + 0.5) * cell + 5, str(p), size=15, fill=MUTED,
                  anchor="end")
         for j in range(L):
             if w.mask[p][j]:
@@ -1554,84 +1545,53 @@ def window_cache(w: WindowPicture) -> Svg:
                 fill, edge = "#ffffff", BOX_EDGE
             svg.rect(gx + j * cell, gy + p * cell, cell, cell, fill=fill, stroke=edge,
                      rx=0, width=0.8)
-    ly = gy + L * cell + 28
+    ly = gy + L * cell + 30
     for k, (fill, edge, label) in enumerate(((ACCENT, ACCENT_EDGE, "in the window"),
                                              ("#e5e7eb", BOX_EDGE, "slid out"),
                                              ("#ffffff", BOX_EDGE, "future"))):
-        svg.rect(gx - 50, ly + 22 * k - 12, 14, 14, fill=fill, stroke=edge, rx=2)
-        svg.text(gx - 30, ly + 22 * k, label, size=13.5, anchor="start")
-    svg.text(gx - 50, ly + 72, f"attend if p \u2212 {W} < j \u2264 p", size=13.5,
+        svg.rect(gx - 60, ly + 24 * k - 13, 15, 15, fill=fill, stroke=edge, rx=2)
+        svg.text(gx - 38, ly + 24 * k, label, size=15, anchor="start")
+    svg.text(gx - 60, ly + 78, f"attend if p \u2212 {W} < j \u2264 p", size=15,
              anchor="start", weight="bold")
-    # Middle: the library's storage, one row per call.
-    sx, sw, rh, top = 316, 38, 34, 96
-    svg.text(sx + w.capacity * sw / 2, 48, f"the library's KVCache(window={W})",
-             size=13.5, weight="bold")
-    svg.text(sx + w.capacity * sw / 2, 68, f"{w.capacity} slots = 2(W \u2212 1) + 1",
-             size=13.5, fill=MUTED)
-    for i in range(w.capacity):
-        svg.text(sx + (i + 0.5) * sw, 89, f"{i}", size=13, fill=MUTED)
-    svg.text(sx - 26, 89, "token", size=13.5, fill=MUTED, anchor="end")
-    for t, (slots, (a, b)) in enumerate(zip(w.slots, w.read, strict=True)):
-        y = top + t * rh
-        svg.text(sx - 26, y + 21, str(t), size=13.5, weight="bold", anchor="end")
-        for i, pos in enumerate(slots):
-            x = sx + i * sw
-            if pos is None:
-                svg.rect(x + 2, y + 2, sw - 4, rh - 6, fill="#ffffff", stroke=BOX_EDGE,
-                         dash="3 2", rx=3)
-                continue
-            reading = a <= i < b
-            new = i == b - 1
-            fill = HOT if new else (ACCENT if reading else "#f9fafb")
-            edge = HOT_EDGE if new else (ACCENT_EDGE if reading else BOX_EDGE)
-            svg.rect(x + 2, y + 2, sw - 4, rh - 6, fill=fill, stroke=edge, rx=3,
-                     width=1.6 if reading else 1)
-            svg.text(x + sw / 2, y + 21, str(pos), size=14, family=MONO,
-                     fill=INK if reading else FADED, weight="bold" if new else "normal")
-        if t and a < w.read[t - 1][0]:  # the kept positions moved to the front
-            moved = ", ".join(str(pos) for pos in slots[a:b - 1])
-            svg.text(sx + w.capacity * sw + 8, y + 12, f"full: {moved}",
-                     size=13, anchor="start", fill=HOT_EDGE)
-            svg.text(sx + w.capacity * sw + 8, y + 28, "copied to front", size=13,
-                     anchor="start", fill=HOT_EDGE)
     # Right: the ring buffer as rolling_buffer_attention uses it: each token reads
     # [ring ; itself] first, then overwrites slot t mod W (which held t - W).
-    mx, mw = 614, 30
-    nx = mx + W * mw + 8  # the new token, beside the ring
-    svg.text(mx + (W * mw + 8 + mw) / 2, 48, "ring buffer", size=13.5, weight="bold")
-    svg.text(mx + (W * mw + 8 + mw) / 2, 68, "slot = i mod W", size=13.5, fill=MUTED)
+    mx, mw = 500, 44
+    nx = mx + W * mw + 14  # the new token, beside the ring
+    svg.text(mx + (nx + mw - mx) / 2, 66, f"ring of {W} slots: slot = t mod {W}", size=15,
+             fill=MUTED)
     for i in range(W):
-        svg.text(mx + (i + 0.5) * mw, 89, f"{i}", size=13, fill=MUTED)
-    svg.text(nx + mw / 2, 89, "new", size=13, fill=MUTED)
+        svg.text(mx + (i + 0.5) * mw, 91, f"{i}", size=15, fill=MUTED)
+    svg.text(nx + mw / 2, 91, "new", size=15, fill=MUTED)
+    svg.text(mx - 14, gy - 9, "token t", size=15, fill=MUTED, anchor="end")
     for t in range(L):
-        y = top + t * rh
+        y = gy + t * cell
+        svg.text(mx - 14, y + cell / 2 + 5, str(t), size=15, fill=MUTED, anchor="end")
         for i in range(W):
             held = [pos for pos in range(t) if pos % W == i]  # before the write
             x = mx + i * mw
             if not held:
-                svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill="#ffffff", stroke=BOX_EDGE,
+                svg.rect(x + 2, y + 2, mw - 4, cell - 4, fill="#ffffff", stroke=BOX_EDGE,
                          dash="3 2", rx=3)
                 continue
             pos = held[-1]
             reading = t - pos < W
-            svg.rect(x + 2, y + 2, mw - 4, rh - 6, fill=ACCENT if reading else "#f9fafb",
+            svg.rect(x + 2, y + 2, mw - 4, cell - 4, fill=ACCENT if reading else "#f9fafb",
                      stroke=ACCENT_EDGE if reading else BOX_EDGE, rx=3,
                      width=1.6 if reading else 1)
-            svg.text(x + mw / 2, y + 21, str(pos), size=14, family=MONO,
+            svg.text(x + mw / 2, y + cell / 2 + 6, str(pos), size=16, family=MONO,
                      fill=INK if reading else FADED)
-        svg.rect(nx + 2, y + 2, mw - 4, rh - 6, fill=HOT, stroke=HOT_EDGE, rx=3, width=1.6)
-        svg.text(nx + mw / 2, y + 21, str(t), size=14, family=MONO, weight="bold")
-    for k, line in enumerate(("reads [ring ; new],", "then writes new", "over slot t mod W")):
-        svg.text(mx, top + L * rh + 58 + 17 * k, line, size=13, anchor="start")
-    ly = top + L * rh + 20
-    legend = [(HOT, HOT_EDGE, "written now"), (ACCENT, ACCENT_EDGE, "read"),
-              ("#f9fafb", BOX_EDGE, "held, not read")]
+        svg.rect(nx + 2, y + 2, mw - 4, cell - 4, fill=HOT, stroke=HOT_EDGE, rx=3, width=1.6)
+        svg.text(nx + mw / 2, y + cell / 2 + 6, str(t), size=16, family=MONO, weight="bold")
+    legend = [(HOT, HOT_EDGE, "new token t"), (ACCENT, ACCENT_EDGE, "read"),
+              ("#f9fafb", BOX_EDGE, "held, not read"), ("#ffffff", BOX_EDGE, "empty")]
     for k, (fill, edge, label) in enumerate(legend):
-        x = sx - 40 + k * 130
-        svg.rect(x, ly, 14, 14, fill=fill, stroke=edge, rx=2)
-        svg.text(x + 20, ly + 12, label, size=13.5, anchor="start")
-    svg.text(sx - 40, ly + 40, f"each query reads the last {W} positions, itself included",
-             size=13.5, anchor="start")
+        x, y = mx - 60 + (k % 2) * 150, ly + 24 * (k // 2)
+        svg.rect(x, y - 13, 15, 15, fill=fill, stroke=edge, rx=2,
+                 dash="3 2" if label == "empty" else None)
+        svg.text(x + 22, y, label, size=15, anchor="start")
+    svg.text(mx - 60, ly + 54, "reads [ring ; new], then writes", size=15, anchor="start")
+    svg.text(mx - 60, ly + 78, f"new over slot t mod {W} (held t \u2212 {W})", size=15,
+             anchor="start")
     return svg
 
 

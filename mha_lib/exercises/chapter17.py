@@ -624,6 +624,14 @@ RING = catalogue(
     empty=("an empty slot holds -W, as held does in "
            "rolling_buffer_attention: a position at least W behind every "
            "query, which the window mask hides", _RING),
+    w_minus_one_slots=("that is a ring of W - 1 slots: the ring of "
+                       "rolling_buffer_attention, like Mistral's rolling "
+                       "buffer, has W slots, one per key of the window, "
+                       "position t in slot t % W, so held has W entries",
+                       _RING),
+    empty_none=("None in a slot not yet written: held is an integer "
+                "tensor, so an empty slot holds the position -W, at least "
+                "W behind every query, which the window mask hides", _RING),
 )
 
 
@@ -653,6 +661,10 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
             return made.verdict
         given = made.value
         if isinstance(given, (list, tuple)):
+            if any(slot is None for slot in given):
+                return RING["empty_none"].verdict(made.label)
+            if window > 1 and len(given) == window - 1:
+                return RING["w_minus_one_slots"].verdict(made.label)
             try:
                 given = torch.tensor(given)
             except (TypeError, ValueError, RuntimeError):
@@ -665,6 +677,8 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
                                   f"{type(given).__name__}")
         if given.is_floating_point():
             given = given.round().long()
+        if window > 1 and given.shape == (window - 1,):
+            return RING["w_minus_one_slots"].verdict(made.label)
         first = max(0, n - window)
         problem = check_tensor(
             made.label, given, _ring(n, window), axes="(W,)", mistakes=[
