@@ -5265,3 +5265,27 @@ def test_chapter18_round50_length_and_d_model_scale_are_named(checker, name,
     assert word in verdict.message, verdict.message
     assert "times too small" not in verdict.message
     assert "times the right values" not in verdict.message
+
+
+# --- chapter 18: the no_rope hint's expression (round 52) ---
+# Exercise 18.4's hint for a missing rotary part suggested q_r @ k_r.T: on
+# q_r (B, H, L, R) and k_r (B, L, R), .T reverses every axis and the product
+# raises. The expression the hint names now runs on the checker's shapes, and
+# added to the scores without a rotary part it gives an answer the checker
+# accepts.
+def test_chapter18_no_rope_hint_expression_runs_on_the_checker_shapes():
+    hint = CATALOGUE["check_absorbed_scores"]["no_rope"].hint
+    expression = "q_r @ k_r[:, None].mT"
+    assert expression in hint, hint
+    assert not any(".T," in m.hint or ".T)" in m.hint
+                   for m in CATALOGUE["check_absorbed_scores"].values())
+
+    def fixed(m, x):
+        pos = torch.arange(x.size(1))
+        q_r = apply_rotary(split_heads(m.q_rope_proj(x), m.num_heads), pos)
+        k_r = apply_rotary(m.k_rope_proj(x), pos)  # (B, L, R)
+        rotary = eval(expression, {}, {"q_r": q_r, "k_r": k_r})
+        return (_scores18(m, x, "no_rope")
+                + rotary / math.sqrt(m.head_dim + m.rope_dim))
+
+    assert _check("check_absorbed_scores", (fixed,)), "rejected"

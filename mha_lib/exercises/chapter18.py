@@ -40,8 +40,9 @@ ABSORB = catalogue(
     head_minor=("the rows of w_uk are grouped head by head, "
                 "unflatten(0, (H, D)), not (D, H)", _LATENT),
     transposed=("the latent query is W_uk[h]^T q_h: with q as rows that "
-                "is q @ w_uk[h], each head's (D, C) block as stored, not "
-                "transposed (w_uk[h].T) nor reshaped to (C, D)",
+                "is q @ W_uk[h], each head's (D, C) block as stored "
+                "(w_uk.unflatten(0, (H, D))[h]), not transposed nor "
+                "reshaped to (C, D)",
                 _ABSORBED),
     heads_merged=("that adds up the heads: merged heads (B, L, H * D) @ "
                   "w_uk sum every head's latent query into one; keep the "
@@ -285,8 +286,8 @@ SCORES = catalogue(
                  "positions 0 to L - 1; without it the scores carry no "
                  "positions", _ROPE),
     no_rope=("the rotary part is missing: add the rotated queries' "
-             "scores against the shared rotary key, q_r @ k_r.T, to the "
-             "latent scores", _ROPE),
+             "scores against the shared rotary key, q_r @ k_r[:, None].mT "
+             "(its head axis second), to the latent scores", _ROPE),
     scale_d=("the scale is over the full head width D + R (content and "
              "rotary parts together), not D alone", _ROPE),
     scale_c=("the scale is over the full head width D + R, not the "
