@@ -4547,6 +4547,16 @@ WRONG["check_document_window_mod"]["forward"] = lambda: (
         (d[q] == d[kv]) & (kv >= q) & (kv - q < w)),)
 
 
+# Exercise 17.1: the conditions joined with | instead of & (the review's
+# same | window, and all three with |) get their own hint.
+WRONG["check_document_window_mod"]["or_for_and"] = lambda: (
+    lambda d, w: lambda b, h, q, kv: (
+        (d[q] == d[kv]) | ((q >= kv) & (q - kv < w))),)
+WRONG["check_document_window_mod"]["or_for_and/all"] = lambda: (
+    lambda d, w: lambda b, h, q, kv: (
+        (d[q] == d[kv]) | (q >= kv) | (q - kv < w)),)
+
+
 def test_chapter17_final_forward_window_is_named():
     verdict = _check("check_document_window_mod", WRONG[
         "check_document_window_mod"]["forward"]())

@@ -55,6 +55,9 @@ DOC_WINDOW = catalogue(
             "counts the query itself)", _WINDOW),
     python_and=("The indices are tensors: combine the conditions with &, "
                 "not Python's and", _FLEX),
+    or_for_and=("the conditions are joined with | (or), so a key passes "
+                "when any one holds; it must pass all three (its document, "
+                "not later, within the window): join them with &", _FLEX),
     batch_index=("document_id is 1-D, one document per position: index it "
                  "with the positions alone, document_id[q_idx] (the "
                  "page's doc is (B, L), hence its doc[b, q_idx])", _FLEX),
@@ -161,6 +164,16 @@ def check_document_window_mod(
         past = gap >= 0
         expected = _expected_doc_window(ids, window)
         given = call.value
+        near = gap < window
+        joined_by_or = (same | (past & near), same | past | near,
+                        (same | past) & near, same & (past | near))
+        if (isinstance(given, torch.Tensor)
+                and given.shape == expected.shape
+                and not torch.equal(given.bool(), expected)
+                and any(torch.equal(given.bool(), wrong)
+                        for wrong in joined_by_or)):
+            return DOC_WINDOW["or_for_and"].verdict(
+                f"the mask_mod of {made.label}")
         if (isinstance(given, torch.Tensor)
                 and given.shape == expected.shape
                 and given.dtype == torch.bool
