@@ -5265,3 +5265,9 @@ def test_chapter18_round50_length_and_d_model_scale_are_named(checker, name,
     assert word in verdict.message, verdict.message
     assert "times too small" not in verdict.message
     assert "times the right values" not in verdict.message
+
+# --- chapter 12: round 52 ---
+# Exercise 12.4: Exercise 12.1's num_heads mistake, TransformerBlock's three
+# arguments (d_model, num_heads, d_ff) where the checker passes two.
+WRONG["check_llama_block_params"]["num_heads_argument"] = lambda: (
+    lambda d, h, f: _llama_params(d, f),)

@@ -173,6 +173,10 @@ LLAMA = catalogue(
                        "LayerNorms with beta); Llama's block has no "
                        "biases, three FFN matrices and RMSNorms",
                        _LLAMA),
+    num_heads_argument=("llama_block_params takes (d_model, d_ff), two "
+                        "arguments: no num_heads, which does not change "
+                        "the count (the heads split the same four "
+                        "matrices)", _LLAMA),
 )
 
 
@@ -207,6 +211,9 @@ def check_llama_block_params(fn: Callable[[int, int], int]) -> Verdict:
     """Exercise 12.4: ``fn(d_model, d_ff)`` is the number of parameters of
     a Llama block: attention without biases (4 d_model^2), the SwiGLU
     FFN (3 d_model d_ff) and two RMSNorms (d_model each)."""
+    if _three_arguments(fn):
+        return LLAMA["num_heads_argument"].verdict(
+            f"{getattr(fn, '__name__', 'fn')}(d_model, num_heads, d_ff)")
     return check_calls(
         fn, ((6, 16), (8, 24), (12, 32), (1, 3)), _llama_count,
         "4 d^2 (attention, no biases) + 3 d d_ff (SwiGLU: W1, the gate "
