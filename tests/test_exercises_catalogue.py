@@ -3994,7 +3994,7 @@ def _llama(p, x, how="right"):
         return h + attn(n2(h))
     if how == "parallel":
         return x + attn(n1(x)) + swiglu(n1(x))
-    if how == "stale_ffn_input":  # GPT-NeoX's two-norm parallel block
+    if how == "stale_ffn_input":  # a parallel block, GPT-J's with two norms
         return x + attn(n1(x)) + swiglu(n2(x))
     if how == "pair_sum":
         h = x + p.attn(n1(x))
@@ -5299,3 +5299,8 @@ def test_chapter18_no_rope_hint_expression_runs_on_the_checker_shapes():
                 + rotary / math.sqrt(m.head_dim + m.rope_dim))
 
     assert _check("check_absorbed_scores", (fixed,)), "rejected"
+# --- chapter 12: round 52 ---
+# Exercise 12.4: Exercise 12.1's num_heads mistake, TransformerBlock's three
+# arguments (d_model, num_heads, d_ff) where the checker passes two.
+WRONG["check_llama_block_params"]["num_heads_argument"] = lambda: (
+    lambda d, h, f: _llama_params(d, f),)

@@ -173,6 +173,10 @@ LLAMA = catalogue(
                        "LayerNorms with beta); Llama's block has no "
                        "biases, three FFN matrices and RMSNorms",
                        _LLAMA),
+    num_heads_argument=("llama_block_params takes (d_model, d_ff), two "
+                        "arguments: no num_heads, which does not change "
+                        "the count (the heads split the same four "
+                        "matrices)", _LLAMA),
 )
 
 
@@ -207,6 +211,9 @@ def check_llama_block_params(fn: Callable[[int, int], int]) -> Verdict:
     """Exercise 12.4: ``fn(d_model, d_ff)`` is the number of parameters of
     a Llama block: attention without biases (4 d_model^2), the SwiGLU
     FFN (3 d_model d_ff) and two RMSNorms (d_model each)."""
+    if _three_arguments(fn):
+        return LLAMA["num_heads_argument"].verdict(
+            f"{getattr(fn, '__name__', 'fn')}(d_model, num_heads, d_ff)")
     return check_calls(
         fn, ((6, 16), (8, 24), (12, 32), (1, 3)), _llama_count,
         "4 d^2 (attention, no biases) + 3 d d_ff (SwiGLU: W1, the gate "
@@ -254,7 +261,7 @@ PRE_NORM = catalogue(
                  "to its input, h = x + attn(norm1(x)), then "
                  "h + ffn(norm2(h))", "Residual connections"),
     stale_ffn_input=("the FFN reads norm2(x), the block's input "
-                     "(GPT-NeoX's parallel block, with two norms): the "
+                     "(a parallel block, GPT-J's with two norms): the "
                      "sequential "
                      "block's FFN reads the stream after attention's "
                      "update, h = x + attn(norm1(x)), then "
@@ -499,7 +506,8 @@ LLAMA_BLOCK = catalogue(
     swapped_norms=("norm1 and norm2 are swapped: norm1 feeds attention, "
                    "norm2 the FFN (each has its own gamma)", _BLOCK),
     stale_ffn_input=("the FFN reads norm2(x), the block's input "
-                     "(GPT-NeoX's parallel block): Llama's FFN reads the "
+                     "(a parallel block, GPT-J's with two norms): Llama's "
+                     "FFN reads the "
                      "stream after "
                      "attention's update, h = x + attn(norm1(x)), then "
                      "h + swiglu(norm2(h))", _BLOCK),
@@ -546,11 +554,12 @@ LLAMA_BLOCK = catalogue(
           "z * sigmoid(z) (F.silu), silu(w1(z)) * w3(z)", _LLAMA),
     no_mask=("this attention has no causal mask: Llama is a decoder, "
              "each token attends to itself and the tokens before it, "
-             "block.attn(h, need_weights=False, is_causal=True)", _BLOCK),
+             "block.attn(h, need_weights=False, is_causal=True)",
+             "Causal masks", 7),
     inverted_mask=("this mask is inverted (~causal_mask(L)): each token "
                    "attends only to the tokens after it. The book's "
                    "masks are True = may attend, so pass causal_mask(L) "
-                   "as it is, or is_causal=True", _BLOCK),
+                   "as it is, or is_causal=True", "Causal masks", 7),
     raw_key_value=("attention gets norm1(x) as the query only: the keys "
                    "and values must be normalised too, attn(norm1(x))",
                    _BLOCK),
