@@ -3994,7 +3994,7 @@ def _llama(p, x, how="right"):
         return h + attn(n2(h))
     if how == "parallel":
         return x + attn(n1(x)) + swiglu(n1(x))
-    if how == "stale_ffn_input":  # a parallel block, GPT-J's with two norms
+    if how == "stale_ffn_input":  # a parallel block, two norms (GPT-NeoX)
         return x + attn(n1(x)) + swiglu(n2(x))
     if how == "pair_sum":
         h = x + p.attn(n1(x))

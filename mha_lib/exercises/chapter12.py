@@ -261,7 +261,8 @@ PRE_NORM = catalogue(
                  "to its input, h = x + attn(norm1(x)), then "
                  "h + ffn(norm2(h))", "Residual connections"),
     stale_ffn_input=("the FFN reads norm2(x), the block's input "
-                     "(a parallel block, GPT-J's with two norms): the "
+                     "(a parallel block with a norm per sublayer, as in "
+                     "GPT-NeoX; GPT-J's shares one): the "
                      "sequential "
                      "block's FFN reads the stream after attention's "
                      "update, h = x + attn(norm1(x)), then "
@@ -506,7 +507,8 @@ LLAMA_BLOCK = catalogue(
     swapped_norms=("norm1 and norm2 are swapped: norm1 feeds attention, "
                    "norm2 the FFN (each has its own gamma)", _BLOCK),
     stale_ffn_input=("the FFN reads norm2(x), the block's input "
-                     "(a parallel block, GPT-J's with two norms): Llama's "
+                     "(a parallel block with a norm per sublayer, as in "
+                     "GPT-NeoX; GPT-J's shares one): Llama's "
                      "FFN reads the "
                      "stream after "
                      "attention's update, h = x + attn(norm1(x)), then "
