@@ -14,7 +14,7 @@ from mha_lib.exercises.verdict import (
     catalogue,
     check_number,
     check_tensor,
-    plain,
+    see,
 )
 from mha_lib.text import build_vocab, encode, tokenize
 
@@ -109,7 +109,7 @@ def check_tokenizer(fn: Callable[[str], list[str]]) -> Verdict:
                 isinstance(t, str) for t in given):
             return Verdict(False, f"{call.label} should be a list of "
                                   f"str, got {type(given).__name__} "
-                                  f"(see 'Tokenization' in chapter 1)")
+                                  f"{see('Tokenization', 1)}")
         dropped = "" in want and given == [t for t in want if t]
         if dropped:
             # split() also splits at a tab; a filter on '' does not
@@ -312,8 +312,7 @@ def _pointed(problem: Verdict | None, section: str) -> Verdict | None:
     verdict (no catalogued mistake matched) names none."""
     if problem is None or problem.ok or "(see '" in problem.message:
         return problem
-    return Verdict(False, f"{problem.message} (see '{plain(section)}' "
-                          f"in chapter 1)")
+    return Verdict(False, f"{problem.message} {see(section, 1)}")
 
 
 def check_padded_batch(ids: torch.Tensor, lengths: torch.Tensor) -> Verdict:
@@ -524,8 +523,8 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
     want = _bpe(BPE_CORPUS, 3)
     if not isinstance(merges, (list, tuple)):
         return Verdict(False, f"merges should be a list of pairs, got "
-                              f"{type(merges).__name__} (see '{SECTION}' "
-                              f"in chapter 1)")
+                              f"{type(merges).__name__} "
+                              f"{see(SECTION, 1)}")
     merges = list(merges)
     if merges and all(isinstance(m, str) for m in merges):
         return BPE["joined"].verdict("merges")
@@ -574,7 +573,7 @@ def check_bpe_merges(merges: list[tuple[str, str]]) -> Verdict:
         return Verdict(False, f"merges[{first}] = {merges[first]}: "
                               f"{where}, weighted by the word counts, "
                               f"that pair is counted {got} times, but "
-                              f"{than} (see '{SECTION}' in chapter 1)")
+                              f"{than} {see(SECTION, 1)}")
     return Verdict(False, f"merges[{first}] is not the most frequent "
                           f"pair {where}: count the pairs again, weighted "
                           f"by the word counts (see '{SECTION}' in "
@@ -610,8 +609,8 @@ def check_bpe_split(pieces: list[str]) -> Verdict:
     if not isinstance(pieces, (list, tuple)) or not all(
             isinstance(p, str) for p in pieces):
         return Verdict(False, f"pieces should be a list of strings, got "
-                              f"{type(pieces).__name__} (see '{SECTION}' "
-                              f"in chapter 1)")
+                              f"{type(pieces).__name__} "
+                              f"{see(SECTION, 1)}")
     pieces = list(pieces)
     if pieces == want:
         return Verdict(True, f"{' '.join(pieces)}: ('b', 'ug</w>') "
@@ -629,7 +628,7 @@ def check_bpe_split(pieces: list[str]) -> Verdict:
                               f"\"</w>\", got {''.join(pieces)!r}")
     return Verdict(False, f"pieces: apply the three merges, in order, to "
                           f"{' '.join([*word, '</w>'])} "
-                          f"(see '{SECTION}' in chapter 1)")
+                          f"{see(SECTION, 1)}")
 
 
 PAD_SCORES = catalogue(

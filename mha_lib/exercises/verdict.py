@@ -93,6 +93,12 @@ def plain(heading: str) -> str:
     return " ".join(text.replace("$", "").split())
 
 
+def see(section: str, chapter: int) -> str:
+    """Where the book explains something: ``(see 'Section' in chapter N)``,
+    as every hint ends."""
+    return f"(see '{plain(section)}' in chapter {chapter})"
+
+
 @dataclass(frozen=True)
 class Mistake:
     """A classic mistake that a checker recognises.
@@ -114,8 +120,7 @@ class Mistake:
     @property
     def message(self) -> str:
         """The hint and where the book explains it."""
-        return (f"{self.hint} (see '{plain(self.section)}' in chapter "
-                f"{self.chapter})")
+        return f"{self.hint} {see(self.section, self.chapter)}"
 
     def verdict(self, label: str = "") -> Verdict:
         """``Not yet`` with the hint, after ``label`` (what was called)."""
