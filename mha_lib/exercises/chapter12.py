@@ -344,7 +344,7 @@ def _explain(error: BaseException, _: object) -> object:
 # Wrong wirings of a pre-norm residual block that both of this chapter's
 # block checkers plant, in terms of its two sublayers and two norms.
 _MISWIRED = {"post_norm", "normalised_stream", "normalised_stream1",
-             "normalised_stream2", "no_first_residual",
+             "normalised_stream2", "no_residual", "no_first_residual",
              "no_second_residual", "one_norm", "swapped_norms",
              "stale_ffn_input", "parallel"}
 
@@ -364,6 +364,8 @@ def _miswired(how: str, x: torch.Tensor, attn: Callable, ffn: Callable,
     if how == "swapped_norms":
         h = x + attn(n2(x))
         return h + ffn(n1(h))
+    if how == "no_residual":
+        return ffn(n2(attn(n1(x))))
     h = attn(n1(x)) if how == "no_first_residual" else x + attn(n1(x))
     if how == "no_second_residual":
         return ffn(n2(h))
@@ -403,8 +405,6 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
             return h + n2(ffn(h))
         if how in _MISWIRED:
             return _miswired(how, x, attn, ffn, n1, n2)
-        if how == "no_residual":
-            return ffn(n2(attn(n1(x))))
         if how in ("swapped_order", "swapped_order2"):  # the FFN first
             first, second = (n2, n1) if how == "swapped_order" else (n1, n2)
             h = x + ffn(first(x))
@@ -631,8 +631,6 @@ def _llama_forward(p: LlamaParts, x: torch.Tensor, how: str = "right",
     if how == "swapped_order":
         h = x + ffn(n1(x))
         return h + attn(n2(h))
-    if how == "no_residual":
-        return ffn(n2(attn(n1(x))))
     if how == "raw_ffn_input":
         h = x + attn(n1(x))
         return h + ffn(h)
