@@ -596,10 +596,10 @@ SPLIT = catalogue(
                 SECTION),
     unmerged=("apply the merges in order: the first, (\"u\", \"g\"), "
               "joins the u and g of bugs", SECTION),
-    unmade_piece=("no merge makes that piece: a piece is a single "
-                  "character, \"</w>\", or the two symbols of one of the "
-                  "three merges joined, and (\"ug\", \"s\") is not among "
-                  "them", SECTION),
+    unmade_piece=("no merge makes that piece: a merged piece such as "
+                  "\"ug\" takes in the symbol after it only when a merge "
+                  "joins exactly that pair, and (\"ug\", \"s\") is not "
+                  "among the three merges", SECTION),
     first_only=("only the first occurrence of a pair is merged: a merge "
                 "joins every occurrence in the word (\"hugbug\" holds "
                 "u g twice), so keep scanning after a join", SECTION),
@@ -742,7 +742,8 @@ def check_bpe_split(pieces: list[str] | Callable) -> Verdict:
     if pieces == [*word, "</w>"]:
         return SPLIT["unmerged"].verdict("pieces")
     made = {*word, "</w>", *("".join(m) for m in merges)}
-    unmade = [p for p in pieces if p not in made]
+    unmade = [p for p in pieces if p not in made and any(
+        m in p for m in made if len(m) > 1)]  # "ugs": "ug" grown by "s"
     if unmade and "".join(pieces) == word + "</w>":
         return SPLIT["unmade_piece"].verdict(f"pieces ({unmade[0]!r})")
     if "".join(pieces) != word + "</w>":
