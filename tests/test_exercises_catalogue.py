@@ -5304,3 +5304,45 @@ def test_chapter18_no_rope_hint_expression_runs_on_the_checker_shapes():
 # arguments (d_model, num_heads, d_ff) where the checker passes two.
 WRONG["check_llama_block_params"]["num_heads_argument"] = lambda: (
     lambda d, h, f: _llama_params(d, f),)
+# --- chapter 1: round 54 ---
+# Exercise 1.3: ["b", "ugs", "</w>"], a piece no merge makes, got only the
+# generic "apply the three merges". Exercise 1.5: check_bpe_split also takes
+# a function, fn(word, merges), a bpe_split the reader writes; planted: only
+# the first occurrence of a pair merged, the merges applied by position
+# (the leftmost pair that is a merge) or last first, no skip after a join,
+# d2l's longest match, no "</w>".
+
+
+def _split54(how):
+    from mha_lib.exercises.chapter01 import _split
+    return lambda word, merges: _split(word, merges, how)
+
+
+def _first_only54(word, merges):  # as a reader writes it: list.index
+    symbols = [*word, "</w>"]
+    for a, b in merges:
+        pairs = list(zip(symbols, symbols[1:], strict=False))
+        if (a, b) in pairs:
+            i = pairs.index((a, b))
+            symbols[i:i + 2] = [a + b]
+    return symbols
+
+
+WRONG["check_bpe_split"].update({
+    "unmade_piece": lambda: (["b", "ugs", "</w>"],),
+    "first_only": lambda: (_first_only54,),
+    "not_in_order": lambda: (_split54("leftmost"),),
+    "not_in_order/reversed": lambda: (_split54("reversed"),),
+    "overlapping": lambda: (_split54("overlapping"),),
+    "longest_match": lambda: (_split54("longest_match"),),
+    "end_marker_missing": lambda: (_split54("end_marker_missing"),),
+})
+RIGHT["check_bpe_split"] += [lambda: (_split54(""),),
+                             lambda: (lambda w, m: tuple(_split54("")(w, m)),)]
+
+
+def test_chapter1_round54_split_function_names_the_word():
+    verdict = _check("check_bpe_split", (_first_only54,))
+    assert not verdict and "'hugbug'" in verdict.message, verdict.message
+    verdict = _check("check_bpe_split", (lambda w, m: 1 / 0,))
+    assert not verdict

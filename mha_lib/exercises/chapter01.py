@@ -596,14 +596,132 @@ SPLIT = catalogue(
                 SECTION),
     unmerged=("apply the merges in order: the first, (\"u\", \"g\"), "
               "joins the u and g of bugs", SECTION),
+    unmade_piece=("no merge makes that piece: a merged piece such as "
+                  "\"ug\" takes in the symbol after it only when a merge "
+                  "joins exactly that pair, and (\"ug\", \"s\") is not "
+                  "among the three merges", SECTION),
+    first_only=("only the first occurrence of a pair is merged: a merge "
+                "joins every occurrence in the word (\"hugbug\" holds "
+                "u g twice), so keep scanning after a join", SECTION),
+    not_in_order=("the merges are not applied in the order they were "
+                  "learned: apply merges[0] to the whole word, then "
+                  "merges[1], and so on (joining the leftmost pair that "
+                  "is a merge, or the last merge first, gives other "
+                  "pieces)", SECTION),
+    overlapping=("the pieces spell more than the word: after joining two "
+                 "symbols, skip both, since the second is already used "
+                 "(\"aaa\" with the merge (\"a\", \"a\") is aa a </w>)",
+                 SECTION),
+    longest_match=("this is d2l's rule, the longest known piece from the "
+                   "left: BPE replays the merges in the order learned, "
+                   "and the two differ (\"nest\" with the chapter's ten "
+                   "merges)", SECTION),
+    end_marker_missing=("the split should end with the end-of-word marker "
+                        "\"</w>\": start from the word's characters "
+                        "followed by \"</w>\"", SECTION),
 )
 
+# Exercise 1.5: the words and merges check_bpe_split tries a function on
+SENNRICH = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
 
-def check_bpe_split(pieces: list[str]) -> Verdict:
+
+def _split(word: str, merges: list[tuple[str, str]], how: str = "") -> list:
+    """``word`` split by ``merges`` as chapter 1's bpe_split does, or with
+    a planted mistake (``how``)."""
+    symbols = [*word] if how == "end_marker_missing" else [*word, "</w>"]
+    if how == "longest_match":
+        known = {*symbols, *("".join(m) for m in merges)}
+        text, out = "".join(symbols), []
+        while text:
+            size = max(n for n in range(1, len(text) + 1)
+                       if text[:n] in known or n == 1)
+            out.append(text[:size])
+            text = text[size:]
+        return out
+    if how == "leftmost":  # join the leftmost pair that is a merge
+        ranked = {tuple(m) for m in merges}
+        while True:
+            at = next((i for i in range(len(symbols) - 1)
+                       if (symbols[i], symbols[i + 1]) in ranked), None)
+            if at is None:
+                return symbols
+            symbols[at:at + 2] = [symbols[at] + symbols[at + 1]]
+    for pair in (merges[::-1] if how == "reversed" else merges):
+        out, i, joined = [], 0, False
+        while i < len(symbols):
+            if (tuple(symbols[i:i + 2]) == tuple(pair)
+                    and not (how == "first_only" and joined)):
+                out.append(symbols[i] + symbols[i + 1])
+                joined = True
+                i += 1 if how == "overlapping" else 2
+            else:
+                out.append(symbols[i])
+                i += 1
+        symbols = out
+    return symbols
+
+
+def _split_cases() -> list[tuple[str, list[tuple[str, str]]]]:
+    """(word, merges): BPE_CORPUS's three merges, the chapter's ten on
+    Sennrich's corpus, and one merge that can overlap itself."""
+    three, ten = _bpe(BPE_CORPUS, 3), _bpe(SENNRICH, 10)
+    return [("bugs", three), ("hugbug", three), ("pug", three),
+            ("lowest", ten), ("nest", ten), ("slower", ten),
+            ("newest", ten), ("aaa", [("a", "a")]),
+            ("banana", [("a", "n"), ("b", "an"), ("an", "a")]),
+            ("abcd", [("a", "b"), ("c", "d"), ("b", "c"), ("a", "bc")])]
+
+
+def _check_split_function(fn: Callable) -> Verdict:
+    """Exercise 1.5: ``fn(word, merges)``, a bpe_split written by the
+    reader, on the words of :func:`_split_cases`."""
+    cases, given = _split_cases(), []
+    for word, merges in cases:
+        call = attempt(fn, word, list(merges),
+                       shown=f"{word!r}, {len(merges)} merges")
+        if call.verdict is not None:
+            return call.verdict
+        if isinstance(call.value, str):
+            return SPLIT["one_string"].verdict(call.label)
+        if not isinstance(call.value, (list, tuple)) or not all(
+                isinstance(p, str) for p in call.value):
+            return Verdict(False, f"{call.label} should return a list of "
+                                  f"strings, got "
+                                  f"{type(call.value).__name__} "
+                                  f"{see(SECTION, 1)}")
+        given.append((call.label, list(call.value)))
+    wrong = [(label, pieces, _split(word, merges))
+             for (label, pieces), (word, merges) in zip(given, cases,
+                                                        strict=True)
+             if pieces != _split(word, merges)]
+    if not wrong:
+        return Verdict(True, f"{len(cases)} words split as the merges, in "
+                             f"order, split them, BPE_CORPUS's bugs and "
+                             f"hugbug included")
+    for how in ("end_marker_missing", "first_only", "overlapping",
+                "longest_match", "leftmost", "reversed"):
+        if all(pieces == _split(word, merges, how)
+               for (_, pieces), (word, merges) in zip(given, cases,
+                                                      strict=True)):
+            name = {"leftmost": "not_in_order",
+                    "reversed": "not_in_order"}.get(how, how)
+            return SPLIT[name].verdict(wrong[0][0])
+    label, pieces, _ = wrong[0]
+    return Verdict(False, f"{label} gives {' '.join(pieces)}; apply each "
+                          f"merge, in order, to every occurrence of its "
+                          f"pair {see(SECTION, 1)}")
+
+
+def check_bpe_split(pieces: list[str] | Callable) -> Verdict:
     """Exercise 1.3: the unseen word ``bugs`` split with the first three
-    merges of BPE on ``BPE_CORPUS``, as a list of pieces."""
+    merges of BPE on ``BPE_CORPUS``, as a list of pieces. Exercise 1.5:
+    a function ``fn(word, merges)`` that splits like chapter 1's
+    ``bpe_split``, tried on several words and merges."""
+    if callable(pieces):
+        return _check_split_function(pieces)
     word = "bugs"
-    want = list(_words_after({word: 1}, _bpe(BPE_CORPUS, 3))[0])
+    merges = _bpe(BPE_CORPUS, 3)
+    want = list(_words_after({word: 1}, merges)[0])
     if isinstance(pieces, str):
         return SPLIT["one_string"].verdict("pieces")
     if not isinstance(pieces, (list, tuple)) or not all(
@@ -623,6 +741,11 @@ def check_bpe_split(pieces: list[str]) -> Verdict:
         return SPLIT["marker_joined"].verdict("pieces")
     if pieces == [*word, "</w>"]:
         return SPLIT["unmerged"].verdict("pieces")
+    made = {*word, "</w>", *("".join(m) for m in merges)}
+    unmade = [p for p in pieces if p not in made and any(
+        m in p for m in made if len(m) > 1)]  # "ugs": "ug" grown by "s"
+    if unmade and "".join(pieces) == word + "</w>":
+        return SPLIT["unmade_piece"].verdict(f"pieces ({unmade[0]!r})")
     if "".join(pieces) != word + "</w>":
         return Verdict(False, f"the pieces should spell {word} and then "
                               f"\"</w>\", got {''.join(pieces)!r}")
