@@ -4479,7 +4479,6 @@ WRONG["check_llama_block"]["swapped_norms"] = lambda: (_llama_swapped_norms,)
 def test_chapter12_final_pre_norm_is_called_with_its_mask():
     verdict = _check("check_pre_norm", (_pre_norm_mask_ignored,))
     assert "pass the mask on to attention" in verdict.message, verdict.message
-    # a third argument that is no mask (no default None) is not given one
     assert _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
 
 # --- chapter 18: more planted mistakes (final round) ---
@@ -4712,9 +4711,9 @@ WRONG["check_pre_norm"]["inverted_mask"] = lambda: (_pre_norm_inverted,)
 
 
 def test_chapter12_final_pre_norm_says_when_the_mask_is_not_checked():
-    two = _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
+    two = _check("check_pre_norm", (pre_norm,))  # third argument: no mask
     three = _check("check_pre_norm", (_pre_norm_masked,))
-    assert two and "not checked with a mask" in two.message
+    assert not two and "takes no mask" in two.message
     assert three and "not checked" not in three.message
 
 
@@ -5304,3 +5303,31 @@ def test_chapter18_no_rope_hint_expression_runs_on_the_checker_shapes():
 # arguments (d_model, num_heads, d_ff) where the checker passes two.
 WRONG["check_llama_block_params"]["num_heads_argument"] = lambda: (
     lambda d, h, f: _llama_params(d, f),)
+
+
+# --- chapter 12: round 54 ---
+# check_pre_norm: a pre_norm(block, x) without a mask parameter is refused
+# (the page writes pre_norm(block, x, mask=None); a block that drops its
+# mask is a decoder bug), after its unmasked output was found right.
+
+def _pre_norm_maskless(block, x):
+    h = x + block.attn(block.norm1(x), need_weights=False)[0]
+    return h + block.linear2(block.activation(block.linear1(block.norm2(h))))
+
+
+def _pre_norm_explicit_masked(block, x, mask=None):
+    n = block.norm1(x)
+    x = x + block.attn(n, n, n, mask=mask)[0]
+    return x + block.linear2(block.activation(block.linear1(block.norm2(x))))
+
+
+RIGHT["check_pre_norm"] = [lambda: (_pre_norm_masked,),
+                           lambda: (_pre_norm_explicit_masked,)]
+WRONG["check_pre_norm"]["no_mask_argument"] = lambda: (_pre_norm_maskless,)
+WRONG["check_pre_norm"]["no_mask_argument/other_third"] = lambda: (
+    pre_norm,)  # pre_norm(block, x, how="right"): the third is no mask
+
+
+def test_chapter12_round54_maskless_pre_norm_is_not_yet():
+    verdict = _check("check_pre_norm", (_pre_norm_maskless,))
+    assert not verdict and "mask=None" in verdict.message, verdict.message

@@ -295,6 +295,11 @@ PRE_NORM = catalogue(
     mask_ignored=("with a mask (its third argument) this gives the "
                   "output without one: pass the mask on to attention, "
                   "block.attn(h, mask=mask, need_weights=False)", _BLOCK),
+    no_mask_argument=("right without a mask, but the function takes no "
+                      "mask: write pre_norm(block, x, mask=None) and pass "
+                      "the mask on to attention, block.attn(h, mask=mask, "
+                      "need_weights=False); a block that drops its mask "
+                      "lets a decoder's tokens see the future", _BLOCK),
     inverted_mask=("with a mask (its third argument) this gives the "
                    "output of the inverted mask, ~mask: the book's masks "
                    "are True = may attend, so pass the mask on as it is "
@@ -424,12 +429,11 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
 def check_pre_norm(
     fn: Callable[[TransformerBlock, torch.Tensor], torch.Tensor],
 ) -> Verdict:
-    """``fn(block, x)`` is the pre-norm forward of a
-    :class:`~mha_lib.TransformerBlock` in eval mode, from its parts,
-    without a mask: ``(B, L, d_model)`` to ``(B, L, d_model)``; when
-    ``fn`` takes a third argument, ``fn(block, x, mask)`` is checked with
-    a padding mask ``(B, 1, 1, L)`` too (the verdict says when it was
-    not)."""
+    """``fn(block, x, mask=None)`` is the pre-norm forward of a
+    :class:`~mha_lib.TransformerBlock` in eval mode, from its parts:
+    ``(B, L, d_model)`` to ``(B, L, d_model)``, checked without a mask and
+    with a padding mask ``(B, 1, 1, L)``; a right forward that takes no
+    mask is ``Not yet``."""
     generator = torch.Generator().manual_seed(12)
     cases = ((2, 5, 8, 4, "gelu"), (1, 3, 6, 2, "relu"),
              (3, 1, 4, 1, "gelu"))
@@ -481,12 +485,13 @@ def check_pre_norm(
             problem = _check_masked(fn, block, x, mask)
             if problem is not None:
                 return problem
-    unchecked = ("" if masked else " (not checked with a mask: the "
-                 "function takes no third argument, mask)")
+    if not masked:
+        return PRE_NORM["no_mask_argument"].verdict(call.label)
     return Verdict(
         True, "h = x + attn(norm1(x)), then "
               "h + linear2(act(linear1(norm2(h)))): the residual stream "
-              "itself is never normalised" + unchecked)
+              "itself is never normalised (checked with a padding mask "
+              "too)")
 
 
 LLAMA_BLOCK = catalogue(
