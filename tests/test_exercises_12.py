@@ -10,8 +10,8 @@ def block_params(d_model, d_ff):
         + 4 * d_model
 
 
-def pre_norm(block, x):
-    x = x + block.attn(block.norm1(x), need_weights=False)[0]
+def pre_norm(block, x, mask=None):
+    x = x + block.attn(block.norm1(x), mask=mask, need_weights=False)[0]
     return x + block.linear2(block.activation(block.linear1(block.norm2(x))))
 
 
@@ -70,3 +70,10 @@ def test_pre_norm_checker():
         return x + block.linear2(block.linear1(block.norm2(x)))
 
     assert not check_pre_norm(no_activation)
+
+    def maskless(block, x):  # right, but drops the mask: a decoder bug
+        x = x + block.attn(block.norm1(x), need_weights=False)[0]
+        return x + block.linear2(block.activation(block.linear1(block.norm2(x))))
+
+    dropped = check_pre_norm(maskless)
+    assert not dropped and "takes no mask" in dropped.message

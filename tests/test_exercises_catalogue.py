@@ -4479,7 +4479,6 @@ WRONG["check_llama_block"]["swapped_norms"] = lambda: (_llama_swapped_norms,)
 def test_chapter12_final_pre_norm_is_called_with_its_mask():
     verdict = _check("check_pre_norm", (_pre_norm_mask_ignored,))
     assert "pass the mask on to attention" in verdict.message, verdict.message
-    # a third argument that is no mask (no default None) is not given one
     assert _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
 
 # --- chapter 18: more planted mistakes (final round) ---
@@ -4712,9 +4711,9 @@ WRONG["check_pre_norm"]["inverted_mask"] = lambda: (_pre_norm_inverted,)
 
 
 def test_chapter12_final_pre_norm_says_when_the_mask_is_not_checked():
-    two = _check("check_pre_norm", RIGHT["check_pre_norm"][0]())
+    two = _check("check_pre_norm", (pre_norm,))  # third argument: no mask
     three = _check("check_pre_norm", (_pre_norm_masked,))
-    assert two and "not checked with a mask" in two.message
+    assert not two and "takes no mask" in two.message
     assert three and "not checked" not in three.message
 
 
@@ -5346,3 +5345,97 @@ def test_chapter1_round54_split_function_names_the_word():
     assert not verdict and "'hugbug'" in verdict.message, verdict.message
     verdict = _check("check_bpe_split", (lambda w, m: 1 / 0,))
     assert not verdict
+
+
+# --- chapter 12: round 54 ---
+# check_pre_norm: a pre_norm(block, x) without a mask parameter is refused
+# (the page writes pre_norm(block, x, mask=None); a block that drops its
+# mask is a decoder bug), after its unmasked output was found right.
+
+def _pre_norm_maskless(block, x):
+    h = x + block.attn(block.norm1(x), need_weights=False)[0]
+    return h + block.linear2(block.activation(block.linear1(block.norm2(h))))
+
+
+def _pre_norm_explicit_masked(block, x, mask=None):
+    n = block.norm1(x)
+    x = x + block.attn(n, n, n, mask=mask)[0]
+    return x + block.linear2(block.activation(block.linear1(block.norm2(x))))
+
+
+RIGHT["check_pre_norm"] = [lambda: (_pre_norm_masked,),
+                           lambda: (_pre_norm_explicit_masked,)]
+WRONG["check_pre_norm"]["no_mask_argument"] = lambda: (_pre_norm_maskless,)
+WRONG["check_pre_norm"]["no_mask_argument/other_third"] = lambda: (
+    pre_norm,)  # pre_norm(block, x, how="right"): the third is no mask
+
+
+def test_chapter12_round54_maskless_pre_norm_is_not_yet():
+    verdict = _check("check_pre_norm", (_pre_norm_maskless,))
+    assert not verdict and "mask=None" in verdict.message, verdict.message
+
+
+# Exercise 12.2 (round 54): GPT-J's parallel block, x + attn(norm1(x)) +
+# ffn(norm1(x)), causal, from a TransformerBlock's parts.
+
+def _parallel(block, x, how="right"):
+    def attn(h):
+        if how == "inverted_mask":
+            return block.attn(h, mask=~causal_mask(h.size(1)))[0]
+        return block.attn(h, is_causal=how != "no_mask")[0]
+
+    def ffn(h):
+        hidden = block.linear1(h)
+        if how == "no_activation":
+            return block.linear2(hidden)
+        return block.linear2(block.activation(hidden))
+
+    z = block.norm1(x)
+    if how == "sequential":
+        h = x + attn(z)
+        return h + ffn(block.norm2(h))
+    if how == "sequential_one_norm":
+        h = x + attn(z)
+        return h + ffn(block.norm1(h))
+    if how == "post_norm":
+        return block.norm1(x + attn(x) + ffn(x))
+    if how == "two_norms":  # GPT-NeoX's form
+        return x + attn(z) + ffn(block.norm2(x))
+    if how == "raw_ffn_input":
+        return x + attn(z) + ffn(x)
+    if how == "no_residual":
+        return attn(z) + ffn(z)
+    if how == "residual_twice":
+        return (x + attn(z)) + (x + ffn(z))
+    if how == "output_norm":
+        return F.layer_norm(x + attn(z) + ffn(z), x.shape[-1:])
+    if how == "pair_sum":
+        return x + block.attn(z, is_causal=True) + ffn(z)
+    if how == "in_place":
+        x += attn(z) + ffn(z)
+        return x
+    return x + attn(z) + ffn(z)
+
+
+def _parallel_mask(block, x):  # the mask written out, the FFN in one line
+    z = block.norm1(x)
+    a, _ = block.attn(z, z, z, mask=causal_mask(x.size(1)),
+                      need_weights=False)
+    return x + a + block.linear2(block.activation(block.linear1(z)))
+
+
+RIGHT["check_parallel_block"] = [lambda: (_parallel,),
+                                 lambda: (_parallel_mask,)]
+WRONG["check_parallel_block"] = {
+    name: (lambda name=name: (lambda b, x: _parallel(b, x, name),))
+    for name in ("sequential", "sequential_one_norm", "two_norms",
+                 "raw_ffn_input", "no_residual", "residual_twice",
+                 "post_norm", "output_norm", "no_mask", "inverted_mask",
+                 "no_activation", "pair_sum", "in_place")}
+WRONG["check_parallel_block"]["whole_block"] = lambda: (
+    lambda b, x: b(x, is_causal=True)[0],)
+WRONG["check_parallel_block"]["two_norms/no_mask"] = lambda: (
+    lambda b, x: x + b.attn(b.norm1(x))[0]
+    + b.linear2(b.activation(b.linear1(b.norm2(x)))),)
+WRONG["check_parallel_block"]["sequential/no_mask"] = lambda: (
+    _pre_norm_maskless,)

@@ -85,6 +85,7 @@ from mha_lib.exercises.chapter12 import (
     check_block_params,
     check_llama_block,
     check_llama_block_params,
+    check_parallel_block,
     check_pre_norm,
 )
 from mha_lib.exercises.chapter13 import (
@@ -173,6 +174,7 @@ __all__ = [
     "check_block_params",
     "check_pre_norm",
     "check_llama_block",
+    "check_parallel_block",
     "check_llama_block_params",
     "check_score_intensity",
     "check_weights_mib",

@@ -23,7 +23,7 @@ from mha_lib.masks import causal_mask
 from mha_lib.mha import MultiHeadAttention
 
 __all__ = ["check_block_params", "check_pre_norm", "check_llama_block",
-           "check_llama_block_params", "LlamaParts"]
+           "check_parallel_block", "check_llama_block_params", "LlamaParts"]
 
 _BLOCK = "The block: pre-norm and post-norm"
 _LLAMA = "Llama's block: RMSNorm and SwiGLU"
@@ -295,6 +295,11 @@ PRE_NORM = catalogue(
     mask_ignored=("with a mask (its third argument) this gives the "
                   "output without one: pass the mask on to attention, "
                   "block.attn(h, mask=mask, need_weights=False)", _BLOCK),
+    no_mask_argument=("right without a mask, but the function takes no "
+                      "mask: write pre_norm(block, x, mask=None) and pass "
+                      "the mask on to attention, block.attn(h, mask=mask, "
+                      "need_weights=False); a block that drops its mask "
+                      "lets a decoder's tokens see the future", _BLOCK),
     inverted_mask=("with a mask (its third argument) this gives the "
                    "output of the inverted mask, ~mask: the book's masks "
                    "are True = may attend, so pass the mask on as it is "
@@ -424,12 +429,11 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
 def check_pre_norm(
     fn: Callable[[TransformerBlock, torch.Tensor], torch.Tensor],
 ) -> Verdict:
-    """``fn(block, x)`` is the pre-norm forward of a
-    :class:`~mha_lib.TransformerBlock` in eval mode, from its parts,
-    without a mask: ``(B, L, d_model)`` to ``(B, L, d_model)``; when
-    ``fn`` takes a third argument, ``fn(block, x, mask)`` is checked with
-    a padding mask ``(B, 1, 1, L)`` too (the verdict says when it was
-    not)."""
+    """``fn(block, x, mask=None)`` is the pre-norm forward of a
+    :class:`~mha_lib.TransformerBlock` in eval mode, from its parts:
+    ``(B, L, d_model)`` to ``(B, L, d_model)``, checked without a mask and
+    with a padding mask ``(B, 1, 1, L)``; a right forward that takes no
+    mask is ``Not yet``."""
     generator = torch.Generator().manual_seed(12)
     cases = ((2, 5, 8, 4, "gelu"), (1, 3, 6, 2, "relu"),
              (3, 1, 4, 1, "gelu"))
@@ -481,12 +485,13 @@ def check_pre_norm(
             problem = _check_masked(fn, block, x, mask)
             if problem is not None:
                 return problem
-    unchecked = ("" if masked else " (not checked with a mask: the "
-                 "function takes no third argument, mask)")
+    if not masked:
+        return PRE_NORM["no_mask_argument"].verdict(call.label)
     return Verdict(
         True, "h = x + attn(norm1(x)), then "
               "h + linear2(act(linear1(norm2(h)))): the residual stream "
-              "itself is never normalised" + unchecked)
+              "itself is never normalised (checked with a padding mask "
+              "too)")
 
 
 LLAMA_BLOCK = catalogue(
@@ -575,9 +580,10 @@ LLAMA_BLOCK = catalogue(
 
 
 class LlamaParts(nn.Module):
-    """The parts of one Llama block, for Exercise 12.2: ``norm1``,
-    ``norm2`` (``nn.RMSNorm``, eps 1e-6), ``attn`` (attention without
-    biases) and the SwiGLU's ``w1``, ``w3`` (the gate) and ``w2``."""
+    """The parts of one Llama block (chapter 12 assembles them):
+    ``norm1``, ``norm2`` (``nn.RMSNorm``, eps 1e-6), ``attn`` (attention
+    without biases) and the SwiGLU's ``w1``, ``w3`` (the gate) and
+    ``w2``."""
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int) -> None:
         super().__init__()
@@ -653,7 +659,7 @@ def _explain_llama(error: BaseException, _: object) -> object:
 def check_llama_block(
     fn: Callable[[LlamaParts, torch.Tensor], torch.Tensor],
 ) -> Verdict:
-    """Exercise 12.2: ``fn(block, x)`` is Llama's block forward from the
+    """``fn(block, x)`` is Llama's block forward (chapter 12) from the
     parts of a :class:`LlamaParts` (pre-norm with RMSNorms, causal
     attention without biases, the SwiGLU FFN), ``(B, L, d_model)`` to
     ``(B, L, d_model)``. A wrong layout is named with or without the
@@ -697,3 +703,149 @@ def check_llama_block(
         True, "h = x + attn(norm1(x)) (causal), then h + w2(silu(w1(z)) "
               "* w3(z)) with z = norm2(h): RMSNorms before each "
               "sublayer, no biases, the stream never normalised")
+
+
+PARALLEL = catalogue(
+    "check_parallel_block", 12,
+    sequential=("this is the sequential pre-norm block, h = x + "
+                "attn(norm1(x)), then h + ffn(norm2(h)): in the parallel "
+                "block both sublayers read the same norm1(x), and both "
+                "outputs are added to x at once", _BLOCK),
+    sequential_one_norm=("the FFN reads norm1 of the stream after "
+                         "attention's update: in the parallel block it "
+                         "reads norm1(x), the same input as attention, "
+                         "x + attn(norm1(x)) + ffn(norm1(x))", _BLOCK),
+    two_norms=("the FFN reads norm2(x): that is GPT-NeoX's parallel form, "
+               "a norm per sublayer. GPT-J's shares one, "
+               "x + attn(norm1(x)) + ffn(norm1(x))", _BLOCK),
+    raw_ffn_input=("the FFN reads the raw x: it reads the normalised "
+                   "norm1(x), as attention does", _BLOCK),
+    no_residual=("the residual is missing: add x, x + attn(norm1(x)) + "
+                 "ffn(norm1(x))", "Residual connections"),
+    residual_twice=("x is added twice, once per sublayer, "
+                    "(x + attn(...)) + (x + ffn(...)): the parallel block "
+                    "adds x once, x + attn(norm1(x)) + ffn(norm1(x))",
+                    "Residual connections"),
+    post_norm=("the sum is normalised, norm1(x + attn(x) + ffn(x)): that "
+               "is post-norm. GPT-J normalises the sublayers' input, "
+               "x + attn(norm1(x)) + ffn(norm1(x))", _BLOCK),
+    output_norm=("the block's output is normalised once more: the final "
+                 "LayerNorm follows the whole stack, not each block",
+                 _BLOCK),
+    no_mask=("this attention has no causal mask: GPT-J is a decoder, each "
+             "token attends to itself and the tokens before it, "
+             "block.attn(h, need_weights=False, is_causal=True)",
+             "Causal masks", 7),
+    inverted_mask=("this mask is inverted (~causal_mask(L)): each token "
+                   "attends only to the tokens after it. The book's masks "
+                   "are True = may attend, so pass causal_mask(L) as it "
+                   "is, or is_causal=True", "Causal masks", 7),
+    no_activation=("the activation between the two FFN layers is missing: "
+                   "block.linear2(block.activation(block.linear1(h)))",
+                   "The feed-forward network"),
+    pair_sum=("block.attn(...) returns a pair (output, weights): take "
+              "[0] before adding it to x", _BLOCK),
+    whole_block=("that calls the block itself, which is sequential; the "
+                 "exercise writes the parallel forward from its parts",
+                 _BLOCK),
+    in_place=("this changes the caller's x in place (x += ...): write "
+              "x = x + ...; in training the in-place add also breaks "
+              "autograd, which needs the input that was overwritten",
+              "Residual connections"),
+)
+
+
+def _parallel_forward(block: TransformerBlock, x: torch.Tensor,
+                      how: str = "right", causal: bool = True
+                      ) -> torch.Tensor:
+    """GPT-J's parallel block, x + attn(norm1(x)) + ffn(norm1(x)) with
+    causal attention, or a usual wrong one; with ``causal=False`` the
+    wrong one as written without the mask too."""
+    def attn(h):
+        if how == "inverted_mask":
+            return block.attn(h, mask=~causal_mask(h.size(1)),
+                              need_weights=False)[0]
+        return block.attn(h, need_weights=False,
+                          is_causal=causal and how != "no_mask")[0]
+
+    def ffn(h):
+        hidden = block.linear1(h)
+        return block.linear2(hidden if how == "no_activation"
+                             else block.activation(hidden))
+
+    n1, n2 = block.norm1, block.norm2
+    with torch.no_grad():
+        if how == "sequential":
+            h = x + attn(n1(x))
+            return h + ffn(n2(h))
+        if how == "sequential_one_norm":
+            h = x + attn(n1(x))
+            return h + ffn(n1(h))
+        if how == "post_norm":
+            return n1(x + attn(x) + ffn(x))
+        z = n1(x)
+        f = {"two_norms": lambda: ffn(n2(x)),
+             "raw_ffn_input": lambda: ffn(x)}.get(how, lambda: ffn(z))()
+        if how == "no_residual":
+            return attn(z) + f
+        if how == "residual_twice":
+            return 2 * x + attn(z) + f
+        out = x + attn(z) + f
+        return F.layer_norm(out, out.shape[-1:]) if how == "output_norm" \
+            else out
+
+
+def check_parallel_block(
+    fn: Callable[[TransformerBlock, torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Exercise 12.2: ``fn(block, x)`` is GPT-J's parallel block from the
+    parts of a :class:`~mha_lib.TransformerBlock` in eval mode, causal:
+    ``x + attn(norm1(x)) + ffn(norm1(x))``, ``(B, L, d_model)`` to
+    ``(B, L, d_model)`` (``norm2`` is not used). A wrong layout is named
+    with or without the causal mask."""
+    generator = torch.Generator().manual_seed(14)
+    for batch, length, d_model, heads in ((2, 5, 8, 4), (1, 3, 6, 2)):
+        with torch.random.fork_rng():  # leave the reader's state alone
+            torch.manual_seed(140 + length)
+            block = TransformerBlock(d_model, heads, 4 * d_model).eval()
+        with torch.no_grad():  # LayerNorm gains away from 1, biases nonzero
+            for norm in (block.norm1, block.norm2):
+                norm.weight.uniform_(0.5, 1.5, generator=generator)
+                norm.bias.uniform_(-0.5, 0.5, generator=generator)
+        x = torch.randn(batch, length, d_model, generator=generator) * 3
+        given = x.clone()
+        with torch.no_grad():
+            expected = _parallel_forward(block, x)
+            with calls_to(block) as called:  # the block itself called
+                call = attempt(fn, block, given, explain=_explain_parallel)
+        if call.verdict is not None:
+            return call.verdict
+        if called:
+            return PARALLEL["whole_block"].verdict(call.label)
+        if not torch.equal(given, x):
+            return PARALLEL["in_place"].verdict(call.label)
+        if isinstance(call.value, tuple):
+            return Verdict(False, f"{call.label}: return the block's "
+                                  "output tensor only")
+        problem = check_tensor(
+            call.label, call.value, expected, axes="(B, L, d_model)",
+            mistakes=[(PARALLEL[how], partial(_parallel_forward, block, x,
+                                              how, causal))
+                      for causal in (True, False)
+                      for how in PARALLEL
+                      if how not in ("pair_sum", "whole_block", "in_place")
+                      and (causal or how not in ("no_mask",
+                                                 "inverted_mask"))])
+        if problem is not None:
+            return problem
+    return Verdict(
+        True, "x + attn(norm1(x)) + ffn(norm1(x)), causal: both sublayers "
+              "read the same normalised input and are added to x at once "
+              "(norm2 unused, as GPT-J has one norm per block)")
+
+
+def _explain_parallel(error: BaseException, _: object) -> object:
+    """The hint for ``x + block.attn(...)`` without ``[0]``."""
+    if isinstance(error, TypeError) and "tuple" in str(error):
+        return PARALLEL["pair_sum"]
+    return None
