@@ -619,6 +619,18 @@ SPLIT = catalogue(
     end_marker_missing=("the split should end with the end-of-word marker "
                         "\"</w>\": start from the word's characters "
                         "followed by \"</w>\"", SECTION),
+    string_replace=("str.replace on the symbols joined by spaces (as "
+                    "d2l's merge_symbols does) also joins a pair across "
+                    "two pieces: in \"n est</w>\" the merge (\"n\", "
+                    "\"e\") finds \"n e\" and gives nest</w>; compare "
+                    "whole symbols, in a list, instead", SECTION),
+    marker_dropped=("the end-of-word marker \"</w>\" was dropped from the "
+                    "end: where no merge joins it, it stays the last "
+                    "piece, on its own", SECTION),
+    d2l_marker=("\"_\" is d2l's end-of-word marker; this chapter, like "
+                "Sennrich et al., writes \"</w>\", and the merges join "
+                "it (\"ug</w>\" is a piece): end the word with \"</w>\"",
+                SECTION),
 )
 
 # Exercise 1.5: the words and merges check_bpe_split tries a function on
@@ -629,6 +641,14 @@ def _split(word: str, merges: list[tuple[str, str]], how: str = "") -> list:
     """``word`` split by ``merges`` as chapter 1's bpe_split does, or with
     a planted mistake (``how``)."""
     symbols = [*word] if how == "end_marker_missing" else [*word, "</w>"]
+    if how == "string_replace":  # d2l's merge_symbols: on one string
+        text = " ".join(symbols)
+        for a, b in merges:
+            text = text.replace(f"{a} {b}", a + b)
+        return text.split(" ")
+    if how == "marker_dropped":  # a right split, less a lone "</w>"
+        right = _split(word, merges)
+        return right[:-1] if right[-1] == "</w>" else right
     if how == "longest_match":
         known = {*symbols, *("".join(m) for m in merges)}
         text, out = "".join(symbols), []
@@ -698,8 +718,11 @@ def _check_split_function(fn: Callable) -> Verdict:
         return Verdict(True, f"{len(cases)} words split as the merges, in "
                              f"order, split them, BPE_CORPUS's bugs and "
                              f"hugbug included")
+    if all(pieces and pieces[-1].endswith("_") for _, pieces in given):
+        return SPLIT["d2l_marker"].verdict(wrong[0][0])
     for how in ("end_marker_missing", "first_only", "overlapping",
-                "longest_match", "leftmost", "reversed"):
+                "longest_match", "leftmost", "reversed", "string_replace",
+                "marker_dropped"):
         if all(pieces == _split(word, merges, how)
                for (_, pieces), (word, merges) in zip(given, cases,
                                                       strict=True)):
@@ -741,6 +764,8 @@ def check_bpe_split(pieces: list[str] | Callable) -> Verdict:
         return SPLIT["marker_joined"].verdict("pieces")
     if pieces == [*word, "</w>"]:
         return SPLIT["unmerged"].verdict("pieces")
+    if pieces and pieces[-1].endswith("_"):
+        return SPLIT["d2l_marker"].verdict("pieces")
     made = {*word, "</w>", *("".join(m) for m in merges)}
     unmade = [p for p in pieces if p not in made and any(
         m in p for m in made if len(m) > 1)]  # "ugs": "ug" grown by "s"
