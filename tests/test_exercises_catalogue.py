@@ -2378,7 +2378,7 @@ def test_bpe_fallback_hint_names_its_section():
     verdict = _check("check_bpe_merges",
                      ([("u", "g"), ("b", "ug"), ("ug", "</w>")],))
     assert not verdict.ok
-    assert "(see 'Unknown words: subword tokenizers' in chapter 1)" in (
+    assert "(see 'Byte-pair encoding' in chapter 1)" in (
         " ".join(verdict.message.split()))
 
 

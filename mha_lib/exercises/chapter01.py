@@ -469,7 +469,7 @@ def _stale_example(pair: tuple[str, str],
     return ""
 
 
-SECTION = "Unknown words: subword tokenizers"
+SECTION = "Byte-pair encoding"
 BPE = catalogue(
     "check_bpe_merges", 1,
     joined=("write each merge as the pair it joins, (\"u\", \"g\"), not "
