@@ -5448,6 +5448,26 @@ def test_chapter1_round56_replace_split_names_nest():
     assert not verdict and "'nest'" in verdict.message, verdict.message
 
 
+# Exercise 1.6 (check_byte_ids): the ids of a text before any merge, one
+# per UTF-8 byte. Planted: ord() per character, UTF-16, Latin-1 (raises on
+# the euro sign, or drops it), one list per character.
+RIGHT["check_byte_ids"] = [
+    lambda: (lambda text: list(text.encode("utf-8")),),
+    lambda: (lambda text: [b for c in text for b in c.encode("utf-8")],),
+    lambda: (lambda text: tuple(bytes(text, "utf-8")),),
+]
+WRONG["check_byte_ids"] = {
+    "code_points": lambda: (lambda text: [ord(c) for c in text],),
+    "utf16": lambda: (lambda text: list(text.encode("utf-16-le")),),
+    "utf16/bom": lambda: (lambda text: list(text.encode("utf-16")),),
+    "latin1": lambda: (lambda text: list(text.encode("latin-1")),),
+    "latin1/ignore": lambda: (
+        lambda text: list(text.encode("latin-1", errors="ignore")),),
+    "nested": lambda: (
+        lambda text: [list(c.encode("utf-8")) for c in text],),
+}
+
+
 # --- chapter 12: round 54 ---
 # check_pre_norm: a pre_norm(block, x) without a mask parameter is refused
 # (the page writes pre_norm(block, x, mask=None); a block that drops its

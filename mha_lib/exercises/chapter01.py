@@ -25,6 +25,7 @@ __all__ = [
     "check_bpe_merges",
     "check_bpe_split",
     "check_pad_scores",
+    "check_byte_ids",
     "strip_all_punctuation",
     "BPE_CORPUS",
 ]
@@ -878,3 +879,72 @@ def check_pad_scores(n: int) -> Verdict:
     return Verdict(True, f"{want} of the {total} scores involve a pad: "
                          f"a larger share than the pads' {pads} of "
                          f"{real.numel()} positions")
+
+
+BYTES = "Byte-level BPE: no text is unknown"
+BYTE_IDS = catalogue(
+    "check_byte_ids", 1,
+    code_points=("ord() gives a character's code point (\u00ef is 239, "
+                 "\u20ac is 8364), not its bytes: encode the text as "
+                 "UTF-8 first, text.encode(\"utf-8\"), one id per byte",
+                 BYTES),
+    utf16=("those are UTF-16 bytes: the chapter, like GPT-2, encodes "
+           "text as UTF-8, text.encode(\"utf-8\")", BYTES),
+    latin1=("Latin-1 has no \u20ac and no emoji, and gives \u00ef one "
+            "byte: encode the text as UTF-8, text.encode(\"utf-8\")",
+            BYTES),
+    nested=("that is one list per character: the ids of a text are one "
+            "flat list, the bytes of every character one after the "
+            "other", BYTES),
+)
+BYTE_TEXTS = ["the", " the", "\u20ac5", "na\u00efve",  # \u20ac: not Latin-1
+              "\N{SLIGHTLY SMILING FACE}", ""]
+
+
+def _byte_mistake(text: str, value: object) -> str | None:
+    """The name of the catalogued mistake ``value`` shows for ``text``."""
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, (list, tuple, bytes)) for v in value):
+        return "nested"
+    if value == [ord(c) for c in text]:
+        return "code_points"
+    for name, codec in (("utf16", "utf-16-le"), ("utf16", "utf-16"),
+                        ("utf16", "utf-16-be")):
+        if value == list(text.encode(codec)):
+            return name
+    return None
+
+
+def check_byte_ids(fn: Callable[[str], list[int]]) -> Verdict:
+    """Exercise 1.6: ``fn(text)``, the ids of ``text`` before any merge,
+    one per UTF-8 byte, the byte's value (the chapter's numbering)."""
+    for text in BYTE_TEXTS:
+        call = attempt(fn, text, shown=repr(text))
+        if call.verdict is not None:
+            if isinstance(call.error, UnicodeEncodeError):
+                return BYTE_IDS["latin1"].verdict(call.label)
+            return call.verdict
+        want, value = list(text.encode("utf-8")), call.value
+        if isinstance(value, torch.Tensor):
+            value = value.tolist()  # a 0-d tensor gives one number
+        if isinstance(value, (bytes, bytearray)):
+            value = list(value)
+        if isinstance(value, str):
+            return Verdict(False, f"{call.label} should return a list of "
+                                  f"ints, got the string {value!r} "
+                                  f"{see(BYTES, 1)}")
+        if isinstance(value, tuple):
+            value = list(value)
+        if value == want:
+            continue
+        mistake = _byte_mistake(text, value)
+        if mistake is not None:
+            return BYTE_IDS[mistake].verdict(call.label)
+        if isinstance(value, list) and value == list(
+                text.encode("latin-1", errors="ignore")):
+            return BYTE_IDS["latin1"].verdict(call.label)
+        return Verdict(False, f"{call.label} gives {value!r}; want "
+                              f"{want}, one id per UTF-8 byte "
+                              f"{see(BYTES, 1)}")
+    return Verdict(True, f"{len(BYTE_TEXTS)} texts: one id per UTF-8 byte, "
+                         f"so \u00ef takes 2 ids, \u20ac 3 and the emoji 4")
