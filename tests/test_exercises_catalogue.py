@@ -2378,7 +2378,7 @@ def test_bpe_fallback_hint_names_its_section():
     verdict = _check("check_bpe_merges",
                      ([("u", "g"), ("b", "ug"), ("ug", "</w>")],))
     assert not verdict.ok
-    assert "(see 'Unknown words: subword tokenizers' in chapter 1)" in (
+    assert "(see 'Byte-pair encoding' in chapter 1)" in (
         " ".join(verdict.message.split()))
 
 
@@ -5312,9 +5312,70 @@ WRONG["check_llama_block_params"]["num_heads_argument"] = lambda: (
 # d2l's longest match, no "</w>".
 
 
-def _split54(how):
-    from mha_lib.exercises.chapter01 import _split
-    return lambda word, merges: _split(word, merges, how)
+def _merged56(symbols, pair):  # one merge, as a learner writes it
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+            out.append(symbols[i] + symbols[i + 1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
+def _right56(word, merges):  # a right answer, written apart from the checker
+    symbols = [*word, "</w>"]
+    for a, b in merges:
+        symbols = _merged56(symbols, (a, b))
+    return symbols
+
+
+def _no_marker56(word, merges):  # never adds "</w>"
+    symbols = [*word]
+    for a, b in merges:
+        symbols = _merged56(symbols, (a, b))
+    return symbols
+
+
+def _reversed56(word, merges):  # the last merge first
+    return _right56(word, list(merges)[::-1])
+
+
+def _leftmost56(word, merges):  # joins the leftmost pair that is a merge
+    known, symbols = {tuple(m) for m in merges}, [*word, "</w>"]
+    while True:
+        for i in range(len(symbols) - 1):
+            if (symbols[i], symbols[i + 1]) in known:
+                symbols[i:i + 2] = [symbols[i] + symbols[i + 1]]
+                break
+        else:
+            return symbols
+
+
+def _overlapping56(word, merges):  # moves on by one after a join
+    symbols = [*word, "</w>"]
+    for a, b in merges:
+        out = []
+        for i, symbol in enumerate(symbols):
+            if symbol == a and symbols[i + 1:i + 2] == [b]:
+                out.append(a + b)
+            else:
+                out.append(symbol)
+        symbols = out
+    return symbols
+
+
+def _longest56(word, merges):  # d2l's segment_BPE: longest known piece
+    known = {*word, "</w>", *("".join(m) for m in merges)}
+    text, out = word + "</w>", []
+    while text:
+        for size in range(len(text), 0, -1):
+            if text[:size] in known or size == 1:
+                out.append(text[:size])
+                text = text[size:]
+                break
+    return out
 
 
 def _first_only54(word, merges):  # as a reader writes it: list.index
@@ -5330,14 +5391,14 @@ def _first_only54(word, merges):  # as a reader writes it: list.index
 WRONG["check_bpe_split"].update({
     "unmade_piece": lambda: (["b", "ugs", "</w>"],),
     "first_only": lambda: (_first_only54,),
-    "not_in_order": lambda: (_split54("leftmost"),),
-    "not_in_order/reversed": lambda: (_split54("reversed"),),
-    "overlapping": lambda: (_split54("overlapping"),),
-    "longest_match": lambda: (_split54("longest_match"),),
-    "end_marker_missing": lambda: (_split54("end_marker_missing"),),
+    "not_in_order": lambda: (_leftmost56,),
+    "not_in_order/reversed": lambda: (_reversed56,),
+    "overlapping": lambda: (_overlapping56,),
+    "longest_match": lambda: (_longest56,),
+    "end_marker_missing": lambda: (_no_marker56,),
 })
-RIGHT["check_bpe_split"] += [lambda: (_split54(""),),
-                             lambda: (lambda w, m: tuple(_split54("")(w, m)),)]
+RIGHT["check_bpe_split"] += [lambda: (_right56,),
+                             lambda: (lambda w, m: tuple(_right56(w, m)),)]
 
 
 def test_chapter1_round54_split_function_names_the_word():
@@ -5345,6 +5406,66 @@ def test_chapter1_round54_split_function_names_the_word():
     assert not verdict and "'hugbug'" in verdict.message, verdict.message
     verdict = _check("check_bpe_split", (lambda w, m: 1 / 0,))
     assert not verdict
+
+
+# --- chapter 1: round 56 ---
+# Exercise 1.5: merging with str.replace on the space-joined symbols, as
+# d2l's merge_symbols does (it joins across piece boundaries: nest), the
+# trailing "</w>" dropped from a right split; d2l's "_" end marker, in
+# Exercise 1.3's list and in Exercise 1.5's function.
+
+
+def _replace56(word, merges):  # d2l's merge_symbols: replace on a string
+    text = " ".join([*word, "</w>"])
+    for a, b in merges:
+        text = text.replace(a + " " + b, a + b)
+    return text.split(" ")
+
+
+def _marker_dropped56(word, merges):  # a right split, less a lone "</w>"
+    symbols = _right56(word, merges)
+    return symbols[:-1] if symbols[-1] == "</w>" else symbols
+
+
+def _underscore56(word, merges):  # d2l's "_" for the end of a word
+    symbols = [*word, "_"]
+    for a, b in merges:
+        symbols = _merged56(symbols, (a.replace("</w>", "_"),
+                                      b.replace("</w>", "_")))
+    return symbols
+
+
+WRONG["check_bpe_split"].update({
+    "string_replace": lambda: (_replace56,),
+    "marker_dropped": lambda: (_marker_dropped56,),
+    "d2l_marker": lambda: (["b", "ug", "s", "_"],),
+    "d2l_marker/function": lambda: (_underscore56,),
+})
+
+
+def test_chapter1_round56_replace_split_names_nest():
+    verdict = _check("check_bpe_split", (_replace56,))
+    assert not verdict and "'nest'" in verdict.message, verdict.message
+
+
+# Exercise 1.6 (check_byte_ids): the ids of a text before any merge, one
+# per UTF-8 byte. Planted: ord() per character, UTF-16, Latin-1 (raises on
+# the euro sign, or drops it), one list per character.
+RIGHT["check_byte_ids"] = [
+    lambda: (lambda text: list(text.encode("utf-8")),),
+    lambda: (lambda text: [b for c in text for b in c.encode("utf-8")],),
+    lambda: (lambda text: tuple(bytes(text, "utf-8")),),
+]
+WRONG["check_byte_ids"] = {
+    "code_points": lambda: (lambda text: [ord(c) for c in text],),
+    "utf16": lambda: (lambda text: list(text.encode("utf-16-le")),),
+    "utf16/bom": lambda: (lambda text: list(text.encode("utf-16")),),
+    "latin1": lambda: (lambda text: list(text.encode("latin-1")),),
+    "latin1/ignore": lambda: (
+        lambda text: list(text.encode("latin-1", errors="ignore")),),
+    "nested": lambda: (
+        lambda text: [list(c.encode("utf-8")) for c in text],),
+}
 
 
 # --- chapter 12: round 54 ---

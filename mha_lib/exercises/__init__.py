@@ -22,6 +22,7 @@ Usage, in a notebook::
 from mha_lib.exercises.chapter01 import (
     check_bpe_merges,
     check_bpe_split,
+    check_byte_ids,
     check_pad_scores,
     check_padded_batch,
     check_tokenizer,
@@ -137,6 +138,7 @@ __all__ = [
     "check_bpe_merges",
     "check_bpe_split",
     "check_pad_scores",
+    "check_byte_ids",
     "check_onehot_embedding",
     "check_padding_embedding",
     "check_embedding_parameters",

@@ -25,6 +25,7 @@ __all__ = [
     "check_bpe_merges",
     "check_bpe_split",
     "check_pad_scores",
+    "check_byte_ids",
     "strip_all_punctuation",
     "BPE_CORPUS",
 ]
@@ -469,7 +470,7 @@ def _stale_example(pair: tuple[str, str],
     return ""
 
 
-SECTION = "Unknown words: subword tokenizers"
+SECTION = "Byte-pair encoding"
 BPE = catalogue(
     "check_bpe_merges", 1,
     joined=("write each merge as the pair it joins, (\"u\", \"g\"), not "
@@ -619,6 +620,18 @@ SPLIT = catalogue(
     end_marker_missing=("the split should end with the end-of-word marker "
                         "\"</w>\": start from the word's characters "
                         "followed by \"</w>\"", SECTION),
+    string_replace=("str.replace on the symbols joined by spaces (as "
+                    "d2l's merge_symbols does) also joins a pair across "
+                    "two pieces: in \"n est</w>\" the merge (\"n\", "
+                    "\"e\") finds \"n e\" and gives nest</w>; compare "
+                    "whole symbols, in a list, instead", SECTION),
+    marker_dropped=("the end-of-word marker \"</w>\" was dropped from the "
+                    "end: where no merge joins it, it stays the last "
+                    "piece, on its own", SECTION),
+    d2l_marker=("\"_\" is d2l's end-of-word marker; this chapter, like "
+                "Sennrich et al., writes \"</w>\", and the merges join "
+                "it (\"ug</w>\" is a piece): end the word with \"</w>\"",
+                SECTION),
 )
 
 # Exercise 1.5: the words and merges check_bpe_split tries a function on
@@ -629,6 +642,14 @@ def _split(word: str, merges: list[tuple[str, str]], how: str = "") -> list:
     """``word`` split by ``merges`` as chapter 1's bpe_split does, or with
     a planted mistake (``how``)."""
     symbols = [*word] if how == "end_marker_missing" else [*word, "</w>"]
+    if how == "string_replace":  # d2l's merge_symbols: on one string
+        text = " ".join(symbols)
+        for a, b in merges:
+            text = text.replace(f"{a} {b}", a + b)
+        return text.split(" ")
+    if how == "marker_dropped":  # a right split, less a lone "</w>"
+        right = _split(word, merges)
+        return right[:-1] if right[-1] == "</w>" else right
     if how == "longest_match":
         known = {*symbols, *("".join(m) for m in merges)}
         text, out = "".join(symbols), []
@@ -698,8 +719,11 @@ def _check_split_function(fn: Callable) -> Verdict:
         return Verdict(True, f"{len(cases)} words split as the merges, in "
                              f"order, split them, BPE_CORPUS's bugs and "
                              f"hugbug included")
+    if all(pieces and pieces[-1].endswith("_") for _, pieces in given):
+        return SPLIT["d2l_marker"].verdict(wrong[0][0])
     for how in ("end_marker_missing", "first_only", "overlapping",
-                "longest_match", "leftmost", "reversed"):
+                "longest_match", "leftmost", "reversed", "string_replace",
+                "marker_dropped"):
         if all(pieces == _split(word, merges, how)
                for (_, pieces), (word, merges) in zip(given, cases,
                                                       strict=True)):
@@ -741,6 +765,8 @@ def check_bpe_split(pieces: list[str] | Callable) -> Verdict:
         return SPLIT["marker_joined"].verdict("pieces")
     if pieces == [*word, "</w>"]:
         return SPLIT["unmerged"].verdict("pieces")
+    if pieces and pieces[-1].endswith("_"):
+        return SPLIT["d2l_marker"].verdict("pieces")
     made = {*word, "</w>", *("".join(m) for m in merges)}
     unmade = [p for p in pieces if p not in made and any(
         m in p for m in made if len(m) > 1)]  # "ugs": "ug" grown by "s"
@@ -853,3 +879,72 @@ def check_pad_scores(n: int) -> Verdict:
     return Verdict(True, f"{want} of the {total} scores involve a pad: "
                          f"a larger share than the pads' {pads} of "
                          f"{real.numel()} positions")
+
+
+BYTES = "Byte-level BPE: no text is unknown"
+BYTE_IDS = catalogue(
+    "check_byte_ids", 1,
+    code_points=("ord() gives a character's code point (\u00ef is 239, "
+                 "\u20ac is 8364), not its bytes: encode the text as "
+                 "UTF-8 first, text.encode(\"utf-8\"), one id per byte",
+                 BYTES),
+    utf16=("those are UTF-16 bytes: the chapter, like GPT-2, encodes "
+           "text as UTF-8, text.encode(\"utf-8\")", BYTES),
+    latin1=("Latin-1 has no \u20ac and no emoji, and gives \u00ef one "
+            "byte: encode the text as UTF-8, text.encode(\"utf-8\")",
+            BYTES),
+    nested=("that is one list per character: the ids of a text are one "
+            "flat list, the bytes of every character one after the "
+            "other", BYTES),
+)
+BYTE_TEXTS = ["the", " the", "\u20ac5", "na\u00efve",  # \u20ac: not Latin-1
+              "\N{SLIGHTLY SMILING FACE}", ""]
+
+
+def _byte_mistake(text: str, value: object) -> str | None:
+    """The name of the catalogued mistake ``value`` shows for ``text``."""
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, (list, tuple, bytes)) for v in value):
+        return "nested"
+    if value == [ord(c) for c in text]:
+        return "code_points"
+    for name, codec in (("utf16", "utf-16-le"), ("utf16", "utf-16"),
+                        ("utf16", "utf-16-be")):
+        if value == list(text.encode(codec)):
+            return name
+    return None
+
+
+def check_byte_ids(fn: Callable[[str], list[int]]) -> Verdict:
+    """Exercise 1.6: ``fn(text)``, the ids of ``text`` before any merge,
+    one per UTF-8 byte, the byte's value (the chapter's numbering)."""
+    for text in BYTE_TEXTS:
+        call = attempt(fn, text, shown=repr(text))
+        if call.verdict is not None:
+            if isinstance(call.error, UnicodeEncodeError):
+                return BYTE_IDS["latin1"].verdict(call.label)
+            return call.verdict
+        want, value = list(text.encode("utf-8")), call.value
+        if isinstance(value, torch.Tensor):
+            value = value.tolist()  # a 0-d tensor gives one number
+        if isinstance(value, (bytes, bytearray)):
+            value = list(value)
+        if isinstance(value, str):
+            return Verdict(False, f"{call.label} should return a list of "
+                                  f"ints, got the string {value!r} "
+                                  f"{see(BYTES, 1)}")
+        if isinstance(value, tuple):
+            value = list(value)
+        if value == want:
+            continue
+        mistake = _byte_mistake(text, value)
+        if mistake is not None:
+            return BYTE_IDS[mistake].verdict(call.label)
+        if isinstance(value, list) and value == list(
+                text.encode("latin-1", errors="ignore")):
+            return BYTE_IDS["latin1"].verdict(call.label)
+        return Verdict(False, f"{call.label} gives {value!r}; want "
+                              f"{want}, one id per UTF-8 byte "
+                              f"{see(BYTES, 1)}")
+    return Verdict(True, f"{len(BYTE_TEXTS)} texts: one id per UTF-8 byte, "
+                         f"so \u00ef takes 2 ids, \u20ac 3 and the emoji 4")
