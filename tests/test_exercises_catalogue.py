@@ -5560,3 +5560,32 @@ WRONG["check_parallel_block"]["two_norms/no_mask"] = lambda: (
     + b.linear2(b.activation(b.linear1(b.norm2(x)))),)
 WRONG["check_parallel_block"]["sequential/no_mask"] = lambda: (
     _pre_norm_maskless,)
+
+
+# --- chapter 12: the residual added to norm1(x), and SwiGLU's gate (round 56)
+# Exercise 12.2's classic slip, z + attn(z) + ffn(z) with z = norm1(x), got
+# the generic "entries are off"; it now has its own hint. Exercise 12.4's hints
+# call the SiLU branch w1 the gate (Llama's w1 is HF's gate_proj) and name the
+# exercise's parts object p, not block.
+def _parallel_normalised_residual(block, x, causal=True):
+    z = block.norm1(x)
+    a = block.attn(z, need_weights=False, is_causal=causal)[0]
+    return z + a + block.linear2(block.activation(block.linear1(z)))
+
+
+WRONG["check_parallel_block"].update({
+    "normalised_residual": lambda: (_parallel_normalised_residual,),
+    "normalised_residual/no_mask": lambda: (
+        lambda b, x: _parallel_normalised_residual(b, x, causal=False),),
+})
+
+
+def test_chapter12_round56_swiglu_gate_is_w1_and_hints_name_p():
+    hints = CATALOGUE["check_llama_block"]
+    assert "w1" in hints["gate_swapped"].hint
+    assert "gate_proj" in hints["gate_swapped"].hint
+    assert not any("w3 is the" in m.hint or "gate W3" in m.hint
+                   or "block.n" in m.hint or "block.a" in m.hint
+                   for m in hints.values())
+    assert not any("gate W3" in m.hint
+                   for m in CATALOGUE["check_llama_block_params"].values())

@@ -137,9 +137,9 @@ def check_block_params(fn: Callable[[int, int], int]) -> Verdict:
 
 LLAMA = catalogue(
     "check_llama_block_params", 12,
-    no_gate=("the gate is missing: SwiGLU has three d_model x d_ff "
-             "matrices, W1 and the gate W3 (d_model -> d_ff) and W2 "
-             "(d_ff -> d_model), 3 d_model d_ff weights", _LLAMA),
+    no_gate=("a d_model x d_ff matrix is missing: SwiGLU has three, "
+             "the gate W1 and the up projection W3 (d_model -> d_ff) and "
+             "W2 (d_ff -> d_model), 3 d_model d_ff weights", _LLAMA),
     four_d_model=("this counts the FFN with 4 d_model hidden units: use "
                   "d_ff, the argument, and SwiGLU's three matrices (the "
                   "counts agree only where d_ff = 8/3 d_model)", _LLAMA),
@@ -216,8 +216,8 @@ def check_llama_block_params(fn: Callable[[int, int], int]) -> Verdict:
             f"{getattr(fn, '__name__', 'fn')}(d_model, num_heads, d_ff)")
     return check_calls(
         fn, ((6, 16), (8, 24), (12, 32), (1, 3)), _llama_count,
-        "4 d^2 (attention, no biases) + 3 d d_ff (SwiGLU: W1, the gate "
-        "W3, W2) + 2 d (two RMSNorms, gamma only)",
+        "4 d^2 (attention, no biases) + 3 d d_ff (SwiGLU: the gate W1, "
+        "W3 and W2) + 2 d (two RMSNorms, gamma only)",
         mistakes=_wrong_llama_counts)
 
 
@@ -538,19 +538,20 @@ LLAMA_BLOCK = catalogue(
                 "+ eps)", _LLAMA),
     layer_norm_no_gain=("this is F.layer_norm without the gain: "
                         "it subtracts the mean and drops gamma. Use "
-                        "block.norm1 and block.norm2, RMSNorms with "
+                        "p.norm1 and p.norm2, RMSNorms with "
                         "their gamma, gamma * x / sqrt(mean(x^2) + eps)",
                         _LLAMA),
-    no_gain=("the norms' gain gamma is missing: use block.norm1 and "
-             "block.norm2 (or rms_norm(h, block.norm1.weight))", _LLAMA),
-    gate_swapped=("SiLU is on the gate: it goes on x W1, silu(w1(z)) * "
-                  "w3(z); w3 is the linear gate", _LLAMA),
-    no_gate=("the gate is missing: SwiGLU multiplies silu(w1(z)) by "
-             "w3(z) before w2", _LLAMA),
+    no_gain=("the norms' gain gamma is missing: use p.norm1 and "
+             "p.norm2 (or rms_norm(h, p.norm1.weight))", _LLAMA),
+    gate_swapped=("SiLU is on w3: it goes on w1, the gate (HF's "
+                  "gate_proj), silu(w1(z)) * w3(z); w3 (HF's up_proj) "
+                  "stays linear", _LLAMA),
+    no_gate=("the product is missing: SwiGLU multiplies the gate "
+             "silu(w1(z)) by w3(z) before w2", _LLAMA),
     no_silu=("the SiLU is missing: w2(silu(w1(z)) * w3(z)), not "
              "w2(w1(z) * w3(z))", _LLAMA),
     silu_of_product=("the SiLU is on the product: it goes on w1(z) "
-                     "alone, before the gate multiplies it, "
+                     "alone, which makes it the gate, "
                      "silu(w1(z)) * w3(z), not silu(w1(z) * w3(z))",
                      _LLAMA),
     gelu=("this uses GELU: SwiGLU's activation is SiLU, z * sigmoid(z) "
@@ -561,7 +562,7 @@ LLAMA_BLOCK = catalogue(
           "z * sigmoid(z) (F.silu), silu(w1(z)) * w3(z)", _LLAMA),
     no_mask=("this attention has no causal mask: Llama is a decoder, "
              "each token attends to itself and the tokens before it, "
-             "block.attn(h, need_weights=False, is_causal=True)",
+             "p.attn(h, need_weights=False, is_causal=True)",
              "Causal masks", 7),
     inverted_mask=("this mask is inverted (~causal_mask(L)): each token "
                    "attends only to the tokens after it. The book's "
@@ -570,7 +571,7 @@ LLAMA_BLOCK = catalogue(
     raw_key_value=("attention gets norm1(x) as the query only: the keys "
                    "and values must be normalised too, attn(norm1(x))",
                    _BLOCK),
-    pair_sum=("block.attn(...) returns a pair (output, weights): take "
+    pair_sum=("p.attn(...) returns a pair (output, weights): take "
               "[0] before adding it to x", _BLOCK),
     in_place=("this changes the caller's x in place (x += ...): write "
               "x = x + ...; in training the in-place add also breaks "
@@ -582,8 +583,8 @@ LLAMA_BLOCK = catalogue(
 class LlamaParts(nn.Module):
     """The parts of one Llama block (chapter 12 assembles them):
     ``norm1``, ``norm2`` (``nn.RMSNorm``, eps 1e-6), ``attn`` (attention
-    without biases) and the SwiGLU's ``w1``, ``w3`` (the gate) and
-    ``w2``."""
+    without biases) and the SwiGLU's ``w1`` (the gate, HF's
+    ``gate_proj``), ``w3`` (``up_proj``) and ``w2`` (``down_proj``)."""
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int) -> None:
         super().__init__()
@@ -720,6 +721,10 @@ PARALLEL = catalogue(
                "x + attn(norm1(x)) + ffn(norm1(x))", _BLOCK),
     raw_ffn_input=("the FFN reads the raw x: it reads the normalised "
                    "norm1(x), as attention does", _BLOCK),
+    normalised_residual=("the residual adds norm1(x), not x: z = "
+                         "norm1(x) feeds the sublayers only, and the "
+                         "stream x is added as it is, x + attn(z) + "
+                         "ffn(z)", "Residual connections"),
     no_residual=("the residual is missing: add x, x + attn(norm1(x)) + "
                  "ffn(norm1(x))", "Residual connections"),
     residual_twice=("x is added twice, once per sublayer, "
@@ -788,6 +793,8 @@ def _parallel_forward(block: TransformerBlock, x: torch.Tensor,
              "raw_ffn_input": lambda: ffn(x)}.get(how, lambda: ffn(z))()
         if how == "no_residual":
             return attn(z) + f
+        if how == "normalised_residual":
+            return z + attn(z) + f
         if how == "residual_twice":
             return 2 * x + attn(z) + f
         out = x + attn(z) + f
