@@ -5439,3 +5439,28 @@ WRONG["check_parallel_block"]["two_norms/no_mask"] = lambda: (
     + b.linear2(b.activation(b.linear1(b.norm2(x)))),)
 WRONG["check_parallel_block"]["sequential/no_mask"] = lambda: (
     _pre_norm_maskless,)
+
+# --- chapter 14: more planted mistakes (round 56) ---
+# Exercise 14.4: the keys appended but the old past_v returned (the values
+# to cache not appended), and the same for the keys, are named.
+
+def _step_old_values(q, k, v, pk, pv):
+    out, keys, _ = _step(q, k, v, pk, pv)
+    return out, keys, pv
+
+
+def _step_old_keys(q, k, v, pk, pv):
+    out, _, values = _step(q, k, v, pk, pv)
+    return out, pk, values
+
+
+WRONG["check_cached_step"]["not_appended"] = lambda: (_step_old_values,)
+WRONG["check_cached_step"]["not_appended/keys"] = lambda: (_step_old_keys,)
+
+
+def test_cached_step_names_the_old_cache_returned():
+    for name in ("not_appended", "not_appended/keys"):
+        verdict = _check("check_cached_step",
+                         WRONG["check_cached_step"][name]())
+        assert not verdict.ok
+        assert "without the new ones" in verdict.message

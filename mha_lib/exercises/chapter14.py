@@ -410,6 +410,9 @@ STEP = catalogue(
                   "past ones with the new ones appended, "
                   "torch.cat([past, new], dim=2), the whole cache",
                   _CACHE_SECTION),
+    not_appended=("it returns the cached keys or values as they were, "
+                  "without the new ones: return torch.cat([past, new], "
+                  "dim=2) for the keys and for the values", _CACHE_SECTION),
     cat_axis=("The concatenation is on the wrong axis: positions are "
               "dim 2 of (B, H, L, D), torch.cat([past, new], dim=2)",
               _CACHE_SECTION),
@@ -547,7 +550,8 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                     (STEP["swapped"], other),
                     (STEP["new_first"], torch.cat(
                         [want[:, :, start:], want[:, :, :start]], 2)),
-                    (STEP["returned_new"], want[:, :, start:])])
+                    (STEP["returned_new"], want[:, :, start:]),
+                    (STEP["not_appended"], want[:, :, :start])])
             if problem is not None:
                 return problem
         start = end
