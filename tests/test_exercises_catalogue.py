@@ -5589,3 +5589,84 @@ def test_chapter12_round56_swiglu_gate_is_w1_and_hints_name_p():
                    for m in hints.values())
     assert not any("gate W3" in m.hint
                    for m in CATALOGUE["check_llama_block_params"].values())
+# --- chapter 14: more planted mistakes (round 56) ---
+# Exercise 14.4: the keys appended but the old past_v returned (the values
+# to cache not appended), and the same for the keys, are named.
+
+def _step_old_values(q, k, v, pk, pv):
+    out, keys, _ = _step(q, k, v, pk, pv)
+    return out, keys, pv
+
+
+def _step_old_keys(q, k, v, pk, pv):
+    out, _, values = _step(q, k, v, pk, pv)
+    return out, pk, values
+
+
+WRONG["check_cached_step"]["not_appended"] = lambda: (_step_old_values,)
+WRONG["check_cached_step"]["not_appended/keys"] = lambda: (_step_old_keys,)
+
+
+def test_cached_step_names_the_old_cache_returned():
+    for name in ("not_appended", "not_appended/keys"):
+        verdict = _check("check_cached_step",
+                         WRONG["check_cached_step"][name]())
+        assert not verdict.ok
+        assert "without the new ones" in verdict.message
+
+
+# --- chapter 14: exercise 14.5, attention over shared key/value heads
+# without copies, under a mask (round 56) ---
+
+def _shared(q, k, v, mask, *, transpose=False, merge=True, scale=None,
+            copy=False, mask_rows="block"):
+    B, H, Lq, D = q.shape  # noqa: N806
+    H_kv = k.size(1)  # noqa: N806
+    g = H // H_kv
+    if copy:
+        k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if transpose:  # heads grouped as h % H_kv
+        rows = q.reshape(B, g, H_kv, Lq, D).transpose(1, 2)
+        rows = rows.reshape(B, H_kv, g * Lq, D)
+    else:
+        rows = q.reshape(B, H_kv, g * Lq, D)
+    rows_mask = {"block": lambda: mask.repeat(g, 1),
+                 "by_row": lambda: mask.repeat_interleave(g, 0),
+                 "as_is": lambda: mask, "none": lambda: None}[mask_rows]()
+    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=rows_mask,
+                                         scale=scale)
+    if not merge:
+        return out
+    if transpose:
+        return out.reshape(B, H_kv, g, Lq, D).transpose(1, 2).reshape(
+            B, H, Lq, D)
+    return out.reshape(B, H, Lq, D)
+
+
+def _shared_by_hand(q, k, v, mask):
+    B, H, Lq, D = q.shape  # noqa: N806
+    g = H // k.size(1)
+    rows = q.reshape(B, k.size(1), g * Lq, D)
+    scores = rows @ k.transpose(-2, -1) / D ** 0.5
+    scores = scores.masked_fill(~mask.repeat(g, 1), float("-inf"))
+    return (scores.softmax(-1) @ v).reshape(B, H, Lq, D)
+
+
+RIGHT["check_shared_kv_attention"] = [lambda: (_shared,),
+                                      lambda: (_shared_by_hand,)]
+WRONG["check_shared_kv_attention"] = {
+    "interleaved": lambda: (
+        lambda q, k, v, m: _shared(q, k, v, m, transpose=True),),
+    "no_merge": lambda: (
+        lambda q, k, v, m: _shared(q, k, v, m, merge=False),),
+    "unscaled": lambda: (
+        lambda q, k, v, m: _shared(q, k, v, m, scale=1.0),),
+    "copies": lambda: (lambda q, k, v, m: _shared(q, k, v, m, copy=True),),
+    "no_mask": lambda: (
+        lambda q, k, v, m: _shared(q, k, v, m, mask_rows="none"),),
+    "mask_rows": lambda: (
+        lambda q, k, v, m: _shared(q, k, v, m, mask_rows="by_row"),),
+    "mask_shape": lambda: (
+        lambda q, k, v, m: _shared(q, k, v, m, mask_rows="as_is"),),
+}

@@ -101,6 +101,7 @@ from mha_lib.exercises.chapter14 import (
     check_cached_step,
     check_chunk_mask,
     check_expand_kv,
+    check_shared_kv_attention,
 )
 from mha_lib.exercises.chapter15 import (
     check_answer_loss,
@@ -187,6 +188,7 @@ __all__ = [
     "check_expand_kv",
     "check_chunk_mask",
     "check_cached_step",
+    "check_shared_kv_attention",
     "check_copy_batch",
     "check_answer_loss",
     "check_remove_head",

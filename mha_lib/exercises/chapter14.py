@@ -20,7 +20,8 @@ from mha_lib.exercises.verdict import (
 from mha_lib.masks import causal_mask
 
 __all__ = ["check_cache_bytes", "check_cache_capacity", "check_expand_kv",
-           "check_chunk_mask", "check_cached_step"]
+           "check_chunk_mask", "check_cached_step",
+           "check_shared_kv_attention"]
 
 _SIZE = "How much memory the cache takes"
 _GQA = "Sharing keys and values: multi-query and grouped-query attention"
@@ -410,6 +411,9 @@ STEP = catalogue(
                   "past ones with the new ones appended, "
                   "torch.cat([past, new], dim=2), the whole cache",
                   _CACHE_SECTION),
+    not_appended=("it returns the cached keys or values as they were, "
+                  "without the new ones: return torch.cat([past, new], "
+                  "dim=2) for the keys and for the values", _CACHE_SECTION),
     cat_axis=("The concatenation is on the wrong axis: positions are "
               "dim 2 of (B, H, L, D), torch.cat([past, new], dim=2)",
               _CACHE_SECTION),
@@ -547,9 +551,111 @@ def check_cached_step(fn: Callable[..., tuple]) -> Verdict:
                     (STEP["swapped"], other),
                     (STEP["new_first"], torch.cat(
                         [want[:, :, start:], want[:, :, :start]], 2)),
-                    (STEP["returned_new"], want[:, :, start:])])
+                    (STEP["returned_new"], want[:, :, start:]),
+                    (STEP["not_appended"], want[:, :, :start])])
             if problem is not None:
                 return problem
         start = end
     return Verdict(True, "chunk by chunk, the same rows as one causal "
                          "pass: cached keys first, the bottom-right mask")
+
+
+
+SHARED = catalogue(
+    "check_shared_kv_attention", 14,
+    interleaved=("query heads h and h + H_kv share a key/value head (0, 1, "
+                 "0, 1, ...): query heads 0 to g - 1 share head 0, so "
+                 "reshape q straight to (B, H_kv, g * Lq, D), with no "
+                 "transpose", _GQA),
+    no_merge=("the result is still in groups, (B, H_kv, g * Lq, D): "
+              "reshape it back to (B, H, Lq, D)", _GQA),
+    unscaled=("the scores are not scaled: divide q @ k^T by sqrt(D) "
+              "before the softmax", "Why divide by $\\sqrt{d_k}$", 6),
+    no_mask=("the mask is left out: a chunk of several new tokens must "
+             "not see the ones after it", _ALIGN),
+    mask_rows=("the mask's rows are in the wrong order: a group's rows "
+               "are head 0's Lq queries, then head 1's, so the mask is "
+               "repeated as a block, mask.repeat(g, 1), not row by row "
+               "(repeat_interleave)", _GQA),
+    mask_shape=("the (Lq, Lk) mask does not fit the stacked rows, (g * Lq, "
+                "Lk): give it the same rows as the queries, mask.repeat(g, "
+                "1)", _GQA),
+    copies=("right values, but the key/value heads are copied (repeat, "
+            "repeat_interleave or expand on k or v): stack each group's "
+            "query heads as rows instead, q.reshape(B, H_kv, g * Lq, D), "
+            "and attend over k and v as they are", _GQA),
+)
+
+_COPY = (torch.repeat_interleave, torch.Tensor.repeat_interleave,
+         torch.Tensor.repeat, torch.Tensor.expand, torch.tile,
+         torch.Tensor.tile, torch.Tensor.expand_as)
+
+
+def _explain_shared(error: BaseException, record) -> object:
+    text = str(error)
+    if "must match the size" in text or "broadcast" in text \
+            or "expanded size" in text:
+        return SHARED["mask_shape"]
+    return None
+
+
+def _shared_reference(q, k, v, mask, scale=None, interleave=False,
+                      mask_by_row=False):
+    g = q.size(1) // k.size(1)
+    if interleave:
+        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
+        return _reference_step(q, k, v, mask, scale)
+    if mask_by_row:  # rows i of head 0, head 1, ... in the wrong order
+        B, H, Lq, D = q.shape  # noqa: N806
+        rows = q.reshape(B, k.size(1), g * Lq, D)
+        out = _reference_step(rows, k, v, mask.repeat_interleave(g, 0))
+        return out.reshape(q.shape)
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    return _reference_step(q, k, v, mask, scale)
+
+
+def check_shared_kv_attention(fn: Callable[..., torch.Tensor]) -> Verdict:
+    """Exercise 14.5: ``fn(q, k, v, mask)`` attends queries ``(B, H, Lq,
+    D)`` over shared keys and values ``(B, H_kv, Lk, D)`` under a bool
+    mask ``(Lq, Lk)`` (True = may attend), query head h reading key/value
+    head h // (H // H_kv), and returns ``(B, H, Lq, D)`` without copying
+    the key/value heads."""
+    generator = torch.Generator().manual_seed(15)
+    for B, H, H_kv, Lq, Lk, D in (  # noqa: N806
+            (2, 4, 2, 1, 5, 3), (1, 6, 3, 3, 4, 2), (3, 4, 1, 2, 6, 2),
+            (2, 6, 2, 3, 5, 3), (1, 2, 2, 2, 3, 4)):
+        q = torch.randn(B, H, Lq, D, generator=generator)
+        k, v = (torch.randn(B, H_kv, Lk, D, generator=generator)
+                for _ in range(2))
+        mask = causal_mask(Lq, Lk)
+        g = H // H_kv
+        call = attempt(fn, q, k, v, mask,
+                       shown=f"q {tuple(q.shape)}, k and v "
+                             f"{tuple(k.shape)}, mask {tuple(mask.shape)}",
+                       explain=_explain_shared)
+        if call.verdict is not None:
+            return call.verdict
+        if (g > 1 and isinstance(call.value, torch.Tensor)
+                and tuple(call.value.shape) == (B, H_kv, g * Lq, D)):
+            return SHARED["no_merge"].verdict(call.label)
+        problem = check_tensor(
+            call.label, call.value, _shared_reference(q, k, v, mask),
+            axes="(B, H, Lq, D)", mistakes=[
+                (SHARED["interleaved"],
+                 _shared_reference(q, k, v, mask, interleave=True)),
+                (SHARED["mask_rows"],
+                 _shared_reference(q, k, v, mask, mask_by_row=True)),
+                (SHARED["no_mask"], _shared_reference(q, k, v, None)),
+                (SHARED["unscaled"],
+                 _shared_reference(q, k, v, mask, scale=1.0)),
+            ])
+        if problem is not None:
+            return problem
+        if g > 1 and any(
+                isinstance(a[0], torch.Tensor) and a[0].dim() == 4
+                and a[0].shape[1:] == k.shape[1:]
+                for _, a, _ in call.record.find(*_COPY) if a):
+            return SHARED["copies"].verdict(call.label)
+    return Verdict(True, "each group's g query heads stacked as rows, "
+                         "(B, H_kv, g * Lq, D), the mask repeated to "
+                         "match, over the shared key/value head as it is")
