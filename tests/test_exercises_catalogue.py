@@ -5439,3 +5439,37 @@ WRONG["check_parallel_block"]["two_norms/no_mask"] = lambda: (
     + b.linear2(b.activation(b.linear1(b.norm2(x)))),)
 WRONG["check_parallel_block"]["sequential/no_mask"] = lambda: (
     _pre_norm_maskless,)
+
+# --- chapter 17: more planted mistakes (round 56) ---
+# Exercise 17.5: held lists only the slots written so far; a ring of W - 1
+# slots is named as the read-then-write ring it is. Exercise 17.1: the
+# document looked up at the batch index b, not at the query.
+
+WRONG["check_ring_held"]["only_written"] = lambda: (
+    lambda n, w: [t for t in _ring_held(n, w) if t >= 0],)
+
+
+def _doc_window_by_b(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[b] == document_id[kv_idx]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    return mask_mod
+
+
+def _doc_window_by_b_query(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[q_idx] == document_id[b]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    return mask_mod
+
+
+WRONG["check_document_window_mod"]["by_batch"] = lambda: (
+    _doc_window_by_b,)
+WRONG["check_document_window_mod"]["by_batch/query"] = lambda: (
+    _doc_window_by_b_query,)
+
+
+def test_chapter17_round56_ring_of_w_minus_one_says_read_then_write():
+    verdict = _check("check_ring_held", WRONG["check_ring_held"][
+        "w_minus_one_slots"]())
+    assert not verdict and "read before" in verdict.message, verdict.message

@@ -61,6 +61,10 @@ DOC_WINDOW = catalogue(
     batch_index=("document_id is 1-D, one document per position: index it "
                  "with the positions alone, document_id[q_idx] (the "
                  "page's doc is (B, L), hence its doc[b, q_idx])", _FLEX),
+    by_batch=("the document is looked up at b, the batch index (0 here), "
+              "not at the query: compare document_id[q_idx] with "
+              "document_id[kv_idx]; b picks a row of the page's (B, L) "
+              "doc, and document_id has one row", _FLEX),
     fixed_window=("the mask is the same for every window: use the window "
                   "argument you were given, not a fixed number", _WINDOW),
     other_tensor=("the mask does not change with the document_id you "
@@ -197,6 +201,10 @@ def check_document_window_mod(
                 (DOC_WINDOW["leak"], past & (gap < window)),
                 (DOC_WINDOW["strict"], same & (gap > 0) & (gap < window)),
                 (DOC_WINDOW["no_window"], same & past),
+                (DOC_WINDOW["by_batch"],  # document_id[b] vs [kv_idx]
+                 same[:1].expand_as(same) & past & near),
+                (DOC_WINDOW["by_batch"],  # document_id[q_idx] vs [b]
+                 same[:, :1].expand_as(same) & past & near),
             ])
         if problem is not None:
             return problem
@@ -637,11 +645,15 @@ RING = catalogue(
     empty=("an empty slot holds -W, as held does in "
            "rolling_buffer_attention: a position at least W behind every "
            "query, which the window mask hides", _RING),
-    w_minus_one_slots=("that is a ring of W - 1 slots: the ring of "
-                       "rolling_buffer_attention, like Mistral's rolling "
-                       "buffer, has W slots, one per key of the window, "
-                       "position t in slot t % W, so held has W entries",
-                       _RING),
+    w_minus_one_slots=("that is a ring of W - 1 slots, enough for a "
+                       "ring read before it is written (the query comes "
+                       "from the chunk); rolling_buffer_attention keeps "
+                       "W slots, the size of Mistral's rolling buffer, "
+                       "which is written before it is read: held has W "
+                       "entries, position t in slot t % W", _RING),
+    only_written=("held lists only the slots written so far: it has one "
+                  "entry per slot, W in all, with -W in each slot not yet "
+                  "written", _RING),
     empty_none=("None in a slot not yet written: held is an integer "
                 "tensor, so an empty slot holds the position -W, at least "
                 "W behind every query, which the window mask hides", _RING),
@@ -676,6 +688,9 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
         if isinstance(given, (list, tuple)):
             if any(slot is None for slot in given):
                 return RING["empty_none"].verdict(made.label)
+            if (n < window and len(given) == n
+                    and sorted(given) == list(range(n))):
+                return RING["only_written"].verdict(made.label)
             if window > 1 and len(given) == window - 1:
                 return RING["w_minus_one_slots"].verdict(made.label)
             try:
