@@ -5473,3 +5473,35 @@ def test_chapter17_round56_ring_of_w_minus_one_says_read_then_write():
     verdict = _check("check_ring_held", WRONG["check_ring_held"][
         "w_minus_one_slots"]())
     assert not verdict and "read before" in verdict.message, verdict.message
+
+# Exercise 17.6 (round 56): which inputs can change the last output of a
+# stack of local and global layers.
+
+
+def _reach(schedule, window, length, per_layer=None, layers=None,
+           clamp=True, extra=0):
+    if "global" in schedule and layers is None:
+        return list(range(length))
+    per_layer = window - 1 if per_layer is None else per_layer
+    layers = len(schedule) if layers is None else layers
+    first = length - 1 - layers * per_layer + extra
+    return list(range(max(0, first) if clamp else first, length))
+
+
+def _reach_tensor(schedule, window, length):
+    local = all(kind == "local" for kind in schedule)
+    back = len(schedule) * (window - 1) if local else length
+    return torch.arange(length)[torch.arange(length) >= length - 1 - back]
+
+
+RIGHT["check_reach_inputs"] = [lambda: (_reach,), lambda: (_reach_tensor,)]
+WRONG["check_reach_inputs"] = {
+    "section2": lambda: (lambda s, w, n: _reach(s, w, n, per_layer=w),),
+    "one_layer": lambda: (lambda s, w, n: _reach(s, w, n, layers=1),),
+    "global_as_local": lambda: (
+        lambda s, w, n: _reach(s, w, n, layers=len(s)),),
+    "global_skipped": lambda: (
+        lambda s, w, n: _reach(s, w, n, layers=s.count("local")),),
+    "one_too_few": lambda: (lambda s, w, n: _reach(s, w, n, extra=1),),
+    "unclamped": lambda: (lambda s, w, n: _reach(s, w, n, clamp=False),),
+}
