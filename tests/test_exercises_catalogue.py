@@ -5669,4 +5669,68 @@ WRONG["check_shared_kv_attention"] = {
         lambda q, k, v, m: _shared(q, k, v, m, mask_rows="by_row"),),
     "mask_shape": lambda: (
         lambda q, k, v, m: _shared(q, k, v, m, mask_rows="as_is"),),
+# --- chapter 17: more planted mistakes (round 56) ---
+# Exercise 17.5: held lists only the slots written so far; a ring of W - 1
+# slots is named as the read-then-write ring it is. Exercise 17.1: the
+# document looked up at the batch index b, not at the query.
+
+WRONG["check_ring_held"]["only_written"] = lambda: (
+    lambda n, w: [t for t in _ring_held(n, w) if t >= 0],)
+
+
+def _doc_window_by_b(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[b] == document_id[kv_idx]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    return mask_mod
+
+
+def _doc_window_by_b_query(document_id, window):
+    def mask_mod(b, h, q_idx, kv_idx):
+        same = document_id[q_idx] == document_id[b]
+        return same & (q_idx >= kv_idx) & (q_idx - kv_idx < window)
+    return mask_mod
+
+
+WRONG["check_document_window_mod"]["by_batch"] = lambda: (
+    _doc_window_by_b,)
+WRONG["check_document_window_mod"]["by_batch/query"] = lambda: (
+    _doc_window_by_b_query,)
+
+
+def test_chapter17_round56_ring_of_w_minus_one_says_read_then_write():
+    verdict = _check("check_ring_held", WRONG["check_ring_held"][
+        "w_minus_one_slots"]())
+    assert not verdict and "read before" in verdict.message, verdict.message
+
+# Exercise 17.6 (round 56): which inputs can change the last output of a
+# stack of local and global layers.
+
+
+def _reach(schedule, window, length, per_layer=None, layers=None,
+           clamp=True, extra=0):
+    if "global" in schedule and layers is None:
+        return list(range(length))
+    per_layer = window - 1 if per_layer is None else per_layer
+    layers = len(schedule) if layers is None else layers
+    first = length - 1 - layers * per_layer + extra
+    return list(range(max(0, first) if clamp else first, length))
+
+
+def _reach_tensor(schedule, window, length):
+    local = all(kind == "local" for kind in schedule)
+    back = len(schedule) * (window - 1) if local else length
+    return torch.arange(length)[torch.arange(length) >= length - 1 - back]
+
+
+RIGHT["check_reach_inputs"] = [lambda: (_reach,), lambda: (_reach_tensor,)]
+WRONG["check_reach_inputs"] = {
+    "section2": lambda: (lambda s, w, n: _reach(s, w, n, per_layer=w),),
+    "one_layer": lambda: (lambda s, w, n: _reach(s, w, n, layers=1),),
+    "global_as_local": lambda: (
+        lambda s, w, n: _reach(s, w, n, layers=len(s)),),
+    "global_skipped": lambda: (
+        lambda s, w, n: _reach(s, w, n, layers=s.count("local")),),
+    "one_too_few": lambda: (lambda s, w, n: _reach(s, w, n, extra=1),),
+    "unclamped": lambda: (lambda s, w, n: _reach(s, w, n, clamp=False),),
 }

@@ -118,6 +118,7 @@ from mha_lib.exercises.chapter17 import (
     check_alibi_slopes,
     check_bidirectional_alibi,
     check_document_window_mod,
+    check_reach_inputs,
     check_ring_held,
     check_softcap_score_mod,
 )
@@ -200,6 +201,7 @@ __all__ = [
     "check_bidirectional_alibi",
     "check_softcap_score_mod",
     "check_ring_held",
+    "check_reach_inputs",
     "check_absorbed_query",
     "check_latent_cache_bytes",
     "check_key_projection",

@@ -19,7 +19,7 @@ from mha_lib.exercises.verdict import (
 
 __all__ = ["check_document_window_mod", "check_alibi_slopes",
            "check_bidirectional_alibi", "check_softcap_score_mod",
-           "check_ring_held"]
+           "check_ring_held", "check_reach_inputs"]
 
 _WINDOW = "Sliding-window attention"
 _FLEX = "FlexAttention: masks and biases as functions"
@@ -61,6 +61,10 @@ DOC_WINDOW = catalogue(
     batch_index=("document_id is 1-D, one document per position: index it "
                  "with the positions alone, document_id[q_idx] (the "
                  "page's doc is (B, L), hence its doc[b, q_idx])", _FLEX),
+    by_batch=("the document is looked up at b, the batch index (0 here), "
+              "not at the query: compare document_id[q_idx] with "
+              "document_id[kv_idx]; b picks a row of the page's (B, L) "
+              "doc, and document_id has one row", _FLEX),
     fixed_window=("the mask is the same for every window: use the window "
                   "argument you were given, not a fixed number", _WINDOW),
     other_tensor=("the mask does not change with the document_id you "
@@ -197,6 +201,10 @@ def check_document_window_mod(
                 (DOC_WINDOW["leak"], past & (gap < window)),
                 (DOC_WINDOW["strict"], same & (gap > 0) & (gap < window)),
                 (DOC_WINDOW["no_window"], same & past),
+                (DOC_WINDOW["by_batch"],  # document_id[b] vs [kv_idx]
+                 same[:1].expand_as(same) & past & near),
+                (DOC_WINDOW["by_batch"],  # document_id[q_idx] vs [b]
+                 same[:, :1].expand_as(same) & past & near),
             ])
         if problem is not None:
             return problem
@@ -637,11 +645,15 @@ RING = catalogue(
     empty=("an empty slot holds -W, as held does in "
            "rolling_buffer_attention: a position at least W behind every "
            "query, which the window mask hides", _RING),
-    w_minus_one_slots=("that is a ring of W - 1 slots: the ring of "
-                       "rolling_buffer_attention, like Mistral's rolling "
-                       "buffer, has W slots, one per key of the window, "
-                       "position t in slot t % W, so held has W entries",
-                       _RING),
+    w_minus_one_slots=("that is a ring of W - 1 slots, enough for a "
+                       "ring read before it is written (the query comes "
+                       "from the chunk); rolling_buffer_attention keeps "
+                       "W slots, the size of Mistral's rolling buffer, "
+                       "which is written before it is read: held has W "
+                       "entries, position t in slot t % W", _RING),
+    only_written=("held lists only the slots written so far: it has one "
+                  "entry per slot, W in all, with -W in each slot not yet "
+                  "written", _RING),
     empty_none=("None in a slot not yet written: held is an integer "
                 "tensor, so an empty slot holds the position -W, at least "
                 "W behind every query, which the window mask hides", _RING),
@@ -676,6 +688,9 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
         if isinstance(given, (list, tuple)):
             if any(slot is None for slot in given):
                 return RING["empty_none"].verdict(made.label)
+            if (n < window and len(given) == n
+                    and sorted(given) == list(range(n))):
+                return RING["only_written"].verdict(made.label)
             if window > 1 and len(given) == window - 1:
                 return RING["w_minus_one_slots"].verdict(made.label)
             try:
@@ -721,3 +736,91 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
             return problem
     return Verdict(True, "slot t % W holds the latest position t < n; "
                          "the ring keeps the last W, n - W to n - 1")
+
+
+_LAYERS = "Local and global layers"
+
+REACH = catalogue(
+    "check_reach_inputs", 17,
+    section2=("each local layer reaches W positions back: that is the "
+              "Mistral paper's section 2 count; in this book's W, which "
+              "counts the query, a layer reaches W - 1 back, so k local "
+              "layers reach k (W - 1)", _WINDOW),
+    one_layer=("that is the reach of one layer, W - 1 back: each local "
+               "layer adds W - 1 more, so k local layers reach k (W - 1) "
+               "positions back", _WINDOW),
+    global_as_local=("a global layer reads every earlier position, not a "
+                     "window: one global layer anywhere in the stack lets "
+                     "every input change the last output", _LAYERS),
+    global_skipped=("the global layer was left out: it reads every "
+                    "earlier position, so with one in the stack every "
+                    "input can change the last output", _LAYERS),
+    one_too_few=("one input too few: k local layers reach k (W - 1) "
+                 "positions back, so the first input reached is "
+                 "length - 1 - k (W - 1), not one later", _WINDOW),
+    unclamped=("negative positions: when the reach goes past the start, "
+               "the first input reached is 0 (max(0, ...))", _WINDOW),
+)
+
+
+def _reach_list(length: int, back: int, clamp: bool = True) -> list[int]:
+    """The positions from ``length - 1 - back`` to ``length - 1``."""
+    first = length - 1 - back
+    return list(range(max(0, first) if clamp else first, length))
+
+
+def check_reach_inputs(
+        fn: Callable[[tuple[str, ...], int, int], list[int]]) -> Verdict:
+    """Exercise 17.6: ``fn(schedule, window, length)`` gives, in increasing
+    order, the input positions that can change the output at the last
+    position of a stack whose layers, bottom first, are ``"local"`` (a
+    sliding window of ``window`` keys, the query included) or
+    ``"global"`` (causal attention over every earlier position)."""
+    cases = ((("local",) * 3, 3, 12), (("local", "local", "global"), 4, 16),
+             (("global", "local"), 3, 8), (("local", "local"), 2, 6),
+             (("local",), 5, 4), (("local",) * 4, 4096, 16384),
+             (("local",) * 5, 3, 9))
+    for schedule, window, length in cases:
+        made = attempt(fn, schedule, window, length,
+                       shown=f"{schedule}, {window}, {length}")
+        if made.verdict is not None:
+            return made.verdict
+        given = made.value
+        if isinstance(given, torch.Tensor):
+            given = given.tolist()
+        try:
+            given = sorted(int(t) for t in given)
+        except (TypeError, ValueError):
+            return Verdict(False, f"{made.label} should give a list of "
+                                  f"input positions, got {given!r}")
+        n_local = schedule.count("local")
+        layers = len(schedule)
+        if "global" in schedule:
+            expected = list(range(length))
+        else:
+            expected = _reach_list(length, layers * (window - 1))
+        if given == expected:
+            continue
+        if "global" in schedule:
+            mistakes = [
+                (REACH["global_as_local"],
+                 _reach_list(length, layers * (window - 1))),
+                (REACH["global_skipped"],
+                 _reach_list(length, n_local * (window - 1)))]
+        else:
+            mistakes = [
+                (REACH["section2"], _reach_list(length, layers * window)),
+                (REACH["one_layer"], _reach_list(length, window - 1)),
+                (REACH["one_too_few"],
+                 _reach_list(length, layers * (window - 1) - 1)),
+                (REACH["unclamped"],
+                 _reach_list(length, layers * (window - 1), clamp=False))]
+        for mistake, wrong in mistakes:
+            if given == wrong:
+                return mistake.verdict(made.label)
+        return Verdict(False, f"{made.label} should give the "
+                              f"{len(expected)} positions {expected[0]} "
+                              f"to {expected[-1]}, got {len(given)}")
+    return Verdict(True, "k local layers reach k (W - 1) positions back "
+                         "(from position 0 at the most); one global layer "
+                         "lets every input through")
