@@ -3619,7 +3619,8 @@ def _scores18_einsum(m, x):
         m.q_rope_proj(x).unflatten(-1, (heads, r)).transpose(1, 2), pos)
     k_r = apply_rotary(m.k_rope_proj(x), pos)  # (B, L, R)
     w = m.k_up.weight.view(heads, d, -1)  # (H, D, C)
-    s = (torch.einsum("blhd,hdc,bmc->bhlm", q, w, m.kv_down(x))
+    latent_q = torch.einsum("blhd,hdc->bhlc", q, w)  # absorbed
+    s = (torch.einsum("bhlc,bmc->bhlm", latent_q, m.kv_down(x))
          + torch.einsum("bhlr,bmr->bhlm", q_r, k_r))
     return s / (d + r) ** 0.5
 
@@ -5439,3 +5440,28 @@ WRONG["check_parallel_block"]["two_norms/no_mask"] = lambda: (
     + b.linear2(b.activation(b.linear1(b.norm2(x)))),)
 WRONG["check_parallel_block"]["sequential/no_mask"] = lambda: (
     _pre_norm_maskless,)
+
+# --- chapter 18: more planted mistakes (round 56) ---
+# Exercise 18.4: one einsum over the query, the latents and W_uk leaves
+# the order of the products to einsum (it may rebuild the keys); the
+# prompt asks for the absorption written out, so it is refused by name.
+def _scores18_one_einsum(m, x):
+    heads, d, r = m.num_heads, m.head_dim, m.rope_dim
+    pos = torch.arange(x.size(1))
+    q = mha_lib.split_heads(m.q_proj(x), heads)  # (B, H, L, D)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)  # (B, L, R)
+    w = m.k_up.weight.view(heads, d, -1)  # (H, D, C)
+    s = (torch.einsum("bhid,blc,hdc->bhil", q, m.kv_down(x), w)
+         + torch.einsum("bhlr,bmr->bhlm", q_r, k_r))
+    return s / (d + r) ** 0.5
+
+
+WRONG["check_absorbed_scores"]["one_einsum"] = lambda: (
+    _scores18_one_einsum,)
+
+
+def test_chapter18_round56_one_einsum_is_named():
+    verdict = _check("check_absorbed_scores",
+                     WRONG["check_absorbed_scores"]["one_einsum"]())
+    assert not verdict and "einsum" in verdict.message, verdict.message

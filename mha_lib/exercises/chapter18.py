@@ -344,6 +344,12 @@ SCORES = catalogue(
                   "move W_uk to the query side (exercise 18.1's "
                   "absorb_query, with m.k_up.weight) and score the "
                   "latent queries against the latents", _ABSORBED),
+    one_einsum=("one torch.einsum over three tensors (the query, W_uk "
+                "and the latents) leaves the order of the products to "
+                "einsum, which may rebuild the keys: write the "
+                "absorption yourself, the latent query q @ W_uk first "
+                "(exercise 18.1), then its scores against the latents",
+                _ABSORBED),
 )
 
 
@@ -353,6 +359,15 @@ def _on_tokens(tokens: torch.Size, args: tuple) -> bool:
     that read its matrix, is no rebuild."""
     return bool(args) and isinstance(args[0], torch.Tensor) \
         and args[0].shape[:-1] == tokens
+
+
+def _einsum_operands(args: tuple) -> int:
+    """How many tensors a ``torch.einsum`` call contracts, given one by
+    one or as a list."""
+    operands = args[1:]
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = operands[0]
+    return sum(isinstance(a, torch.Tensor) for a in operands)
 
 
 def _rebuilt_by_hand(record: Recorder, keys: torch.Tensor) -> bool:
@@ -480,6 +495,9 @@ def check_absorbed_scores(
             rebuilt = split_heads(m.k_up(m.kv_down(x)), heads)
             if _rebuilt_by_hand(call.record, rebuilt):
                 return SCORES["rebuilt_keys"].verdict(call.label)
+            if any(_einsum_operands(args) >= 3
+                   for _, args, _ in call.record.find(torch.einsum)):
+                return SCORES["one_einsum"].verdict(call.label)
             # the naive form: every head's key rebuilt, then rotated part
             pos = torch.arange(x.size(1))
             q = torch.cat([split_heads(m.q_proj(x), heads), apply_rotary(
