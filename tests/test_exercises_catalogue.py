@@ -5522,3 +5522,15 @@ WRONG["check_absorbed_step"] = {
         lambda m, x, c, k_r: _step18(m, x, c, k_r, name),))
     for name in ("position_zero", "not_appended", "scale_d",
                  "rebuilt_keys", "rebuilt_values", "latent_rotated")}
+
+
+# Exercise 18.2: the rotary key counted as R / 2 numbers (its rotation
+# pairs) instead of R is named.
+WRONG["check_latent_cache_bytes"]["half_rope"] = lambda: (
+    lambda c, r, length, b, s: (c + r // 2) * length * b * s,)
+
+
+def test_chapter18_round56_half_rope_is_named():
+    verdict = _check("check_latent_cache_bytes",
+                     WRONG["check_latent_cache_bytes"]["half_rope"]())
+    assert not verdict and "pairs" in verdict.message, verdict.message

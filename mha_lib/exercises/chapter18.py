@@ -143,6 +143,10 @@ CACHE = catalogue(
     rope_twice=("one rotary key of R numbers per token, shared by all "
                 "heads; the values have no rotary part, and the queries "
                 "are not cached: C + R", "Positions need their own key"),
+    half_rope=("the rotary key is cached whole, R numbers per token: "
+               "rope_dim is its width, not the number of rotation pairs "
+               "(R / 2 pairs of 2 numbers each): C + R",
+               "Positions need their own key"),
     bits=("that counts bits: bytes_per_number is already in bytes",
           _TABLE),
     no_bytes=("that counts numbers, not bytes: multiply by "
@@ -189,6 +193,7 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["times_heads"], heads * full),
             (CACHE["no_rope"], latent * tokens),
             (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
+            (CACHE["half_rope"], (latent + rope // 2) * tokens),
             (CACHE["bits"], 8 * full),
             (CACHE["no_bytes"], full // size),
             (CACHE["no_batch"], full // batch),
