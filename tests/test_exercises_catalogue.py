@@ -5534,3 +5534,27 @@ def test_chapter18_round56_half_rope_is_named():
     verdict = _check("check_latent_cache_bytes",
                      WRONG["check_latent_cache_bytes"]["half_rope"]())
     assert not verdict and "pairs" in verdict.message, verdict.message
+
+
+# Exercise 18.4: the rotary queries rotated at other positions than the
+# shared rotary key (here reversed, L - 1 down to 0) is named.
+def _scores18_flipped(m, x):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = mha_lib.split_heads(m.q_proj(x), heads)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads),
+                       pos.flip(0))
+    k_r = apply_rotary(m.k_rope_proj(x), pos)
+    latent_q = q @ m.k_up.weight.unflatten(0, (heads, -1))
+    s = latent_q @ m.kv_down(x)[:, None].mT + q_r @ k_r[:, None].mT
+    return s / (m.head_dim + m.rope_dim) ** 0.5
+
+
+WRONG["check_absorbed_scores"]["positions_mismatch"] = lambda: (
+    _scores18_flipped,)
+
+
+def test_chapter18_round56_mismatched_positions_are_named():
+    verdict = _check("check_absorbed_scores", WRONG[
+        "check_absorbed_scores"]["positions_mismatch"]())
+    assert not verdict and "same positions" in verdict.message, \
+        verdict.message

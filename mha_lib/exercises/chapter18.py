@@ -324,6 +324,11 @@ SCORES = catalogue(
     masked=("those scores are masked: return them before the mask (the "
             "-inf above the diagonal comes later, with the softmax)",
             _ROPE),
+    positions_mismatch=("the rotary queries and the shared rotary key "
+                        "rotate at the same positions: token i's query "
+                        "and key both at i, 0 to L - 1 in order; at "
+                        "other positions the score no longer depends on "
+                        "the offset i - j alone", _ROPE),
     split_scale=("one scale for the whole score, 1/sqrt(D + R): the "
                  "content and rotary parts are two halves of one dot "
                  "product of D + R numbers, not scaled by 1/sqrt(D) and "
@@ -410,7 +415,7 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
             rotate_latent: str = "", rotate: bool = True,
             rope: bool = True, width: int | None = None,
             transposed: bool = False, rotate_key: bool = True,
-            rotate_query: bool = True,
+            rotate_query: bool = True, query_flipped: bool = False,
             split_scale: bool = False,
             head_zero: bool = False,
             no_head_axis: str = "") -> torch.Tensor:
@@ -428,7 +433,8 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
     q_r = split_heads(m.q_rope_proj(x), heads)  # (B, H, L, R)
     k_r = m.k_rope_proj(x)  # (B, L, R)
     if rotate:
-        q_r = apply_rotary(q_r, pos) if rotate_query else q_r
+        q_pos = pos.flip(0) if query_flipped else pos
+        q_r = apply_rotary(q_r, q_pos) if rotate_query else q_r
         k_r = apply_rotary(k_r, pos) if rotate_key else k_r
     c = m.kv_down(x)  # (B, L, C)
     w = m.k_up.weight.unflatten(0, (heads, head_dim))  # (H, D, C)
@@ -535,6 +541,8 @@ def check_absorbed_scores(
                     _scores, m, x, rotate_query=False)),
                 (SCORES["split_scale"], partial(_scores, m, x,
                                                 split_scale=True)),
+                (SCORES["positions_mismatch"], partial(
+                    _scores, m, x, query_flipped=True)),
                 (SCORES["head_zero"], partial(_scores, m, x,
                                               head_zero=True)),
             ]
