@@ -3619,7 +3619,8 @@ def _scores18_einsum(m, x):
         m.q_rope_proj(x).unflatten(-1, (heads, r)).transpose(1, 2), pos)
     k_r = apply_rotary(m.k_rope_proj(x), pos)  # (B, L, R)
     w = m.k_up.weight.view(heads, d, -1)  # (H, D, C)
-    s = (torch.einsum("blhd,hdc,bmc->bhlm", q, w, m.kv_down(x))
+    latent_q = torch.einsum("blhd,hdc->bhlc", q, w)  # absorbed
+    s = (torch.einsum("bhlc,bmc->bhlm", latent_q, m.kv_down(x))
          + torch.einsum("bhlr,bmr->bhlm", q_r, k_r))
     return s / (d + r) ** 0.5
 
@@ -5734,3 +5735,120 @@ WRONG["check_reach_inputs"] = {
     "one_too_few": lambda: (lambda s, w, n: _reach(s, w, n, extra=1),),
     "unclamped": lambda: (lambda s, w, n: _reach(s, w, n, clamp=False),),
 }
+# --- chapter 18: more planted mistakes (round 56) ---
+# Exercise 18.4: one einsum over the query, the latents and W_uk leaves
+# the order of the products to einsum (it may rebuild the keys); the
+# prompt asks for the absorption written out, so it is refused by name.
+def _scores18_one_einsum(m, x):
+    heads, d, r = m.num_heads, m.head_dim, m.rope_dim
+    pos = torch.arange(x.size(1))
+    q = mha_lib.split_heads(m.q_proj(x), heads)  # (B, H, L, D)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    k_r = apply_rotary(m.k_rope_proj(x), pos)  # (B, L, R)
+    w = m.k_up.weight.view(heads, d, -1)  # (H, D, C)
+    s = (torch.einsum("bhid,blc,hdc->bhil", q, m.kv_down(x), w)
+         + torch.einsum("bhlr,bmr->bhlm", q_r, k_r))
+    return s / (d + r) ** 0.5
+
+
+WRONG["check_absorbed_scores"]["one_einsum"] = lambda: (
+    _scores18_one_einsum,)
+
+
+def test_chapter18_round56_one_einsum_is_named():
+    verdict = _check("check_absorbed_scores",
+                     WRONG["check_absorbed_scores"]["one_einsum"]())
+    assert not verdict and "einsum" in verdict.message, verdict.message
+
+
+# Exercise 18.6: one absorbed decoding step from the cached latents and
+# rotary keys; the position offset, the append, the scale, a rotated
+# latent and rebuilt keys or values are the planted mistakes.
+def _step18(m, x, c, k_r, how=""):
+    heads, pos = m.num_heads, torch.tensor([c.size(1)])
+    if how == "position_zero":
+        pos = torch.tensor([0])
+    q = mha_lib.split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    if how != "not_appended":
+        latent = m.kv_down(x)
+        if how == "latent_rotated":
+            latent = apply_rotary(latent, pos)
+        c = torch.cat([c, latent], 1)
+        k_r = torch.cat([k_r, apply_rotary(m.k_rope_proj(x), pos)], 1)
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    w_uv = m.v_up.weight.unflatten(0, (heads, -1))
+    if how == "rebuilt_keys":
+        k = mha_lib.split_heads(m.k_up(c), heads)  # (B, H, L + 1, D)
+        s = q @ k.mT + q_r @ k_r[:, None].mT
+    else:
+        s = (q @ w_uk) @ c[:, None].mT + q_r @ k_r[:, None].mT
+    width = m.head_dim if how == "scale_d" else m.head_dim + m.rope_dim
+    w = (s / width ** 0.5).softmax(-1)  # (B, H, 1, L + 1)
+    if how == "rebuilt_values":
+        o = w @ mha_lib.split_heads(m.v_up(c), heads)
+    else:
+        o = (w @ c[:, None]) @ w_uv.mT  # (B, H, 1, D)
+    return m.out_proj(mha_lib.merge_heads(o))
+
+
+def _step18_einsum(m, x, c, k_r):
+    heads, pos = m.num_heads, torch.tensor([c.size(1)])
+    c = torch.cat([c, m.kv_down(x)], 1)
+    k_r = torch.cat([k_r, apply_rotary(m.k_rope_proj(x), pos)], 1)
+    q = m.q_proj(x).unflatten(-1, (heads, -1))  # (B, 1, H, D)
+    q_r = apply_rotary(
+        m.q_rope_proj(x).unflatten(-1, (heads, -1)).transpose(1, 2), pos)
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))
+    w_uv = m.v_up.weight.unflatten(0, (heads, -1))
+    latent_q = torch.einsum("bihd,hdc->bhic", q, w_uk)
+    s = (torch.einsum("bhic,blc->bhil", latent_q, c)
+         + torch.einsum("bhir,blr->bhil", q_r, k_r))
+    w = (s / (m.head_dim + m.rope_dim) ** 0.5).softmax(-1)
+    o = torch.einsum("bhil,blc,hdc->bihd", w, c, w_uv)
+    return m.out_proj(o.flatten(2))
+
+
+RIGHT["check_absorbed_step"] = [lambda: (_step18,),
+                                lambda: (_step18_einsum,)]
+WRONG["check_absorbed_step"] = {
+    name: (lambda name=name: (
+        lambda m, x, c, k_r: _step18(m, x, c, k_r, name),))
+    for name in ("position_zero", "not_appended", "scale_d",
+                 "rebuilt_keys", "rebuilt_values", "latent_rotated")}
+
+
+# Exercise 18.2: the rotary key counted as R / 2 numbers (its rotation
+# pairs) instead of R is named.
+WRONG["check_latent_cache_bytes"]["half_rope"] = lambda: (
+    lambda c, r, length, b, s: (c + r // 2) * length * b * s,)
+
+
+def test_chapter18_round56_half_rope_is_named():
+    verdict = _check("check_latent_cache_bytes",
+                     WRONG["check_latent_cache_bytes"]["half_rope"]())
+    assert not verdict and "pairs" in verdict.message, verdict.message
+
+
+# Exercise 18.4: the rotary queries rotated at other positions than the
+# shared rotary key (here reversed, L - 1 down to 0) is named.
+def _scores18_flipped(m, x):
+    heads, pos = m.num_heads, torch.arange(x.size(1))
+    q = mha_lib.split_heads(m.q_proj(x), heads)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads),
+                       pos.flip(0))
+    k_r = apply_rotary(m.k_rope_proj(x), pos)
+    latent_q = q @ m.k_up.weight.unflatten(0, (heads, -1))
+    s = latent_q @ m.kv_down(x)[:, None].mT + q_r @ k_r[:, None].mT
+    return s / (m.head_dim + m.rope_dim) ** 0.5
+
+
+WRONG["check_absorbed_scores"]["positions_mismatch"] = lambda: (
+    _scores18_flipped,)
+
+
+def test_chapter18_round56_mismatched_positions_are_named():
+    verdict = _check("check_absorbed_scores", WRONG[
+        "check_absorbed_scores"]["positions_mismatch"]())
+    assert not verdict and "same positions" in verdict.message, \
+        verdict.message

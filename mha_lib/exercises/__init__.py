@@ -125,6 +125,7 @@ from mha_lib.exercises.chapter17 import (
 from mha_lib.exercises.chapter18 import (
     check_absorbed_query,
     check_absorbed_scores,
+    check_absorbed_step,
     check_decode_flops_per_byte,
     check_key_projection,
     check_latent_cache_bytes,
@@ -207,5 +208,6 @@ __all__ = [
     "check_key_projection",
     "check_absorbed_scores",
     "check_decode_flops_per_byte",
+    "check_absorbed_step",
     "check_find_induction_head",
 ]

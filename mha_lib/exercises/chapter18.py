@@ -17,13 +17,13 @@ from mha_lib.exercises.verdict import (
     check_number,
     check_tensor,
 )
-from mha_lib.heads import split_heads
+from mha_lib.heads import merge_heads, split_heads
 from mha_lib.latent import MultiHeadLatentAttention
 from mha_lib.rotary import apply_rotary
 
 __all__ = ["check_absorbed_query", "check_latent_cache_bytes",
            "check_key_projection", "check_absorbed_scores",
-           "check_decode_flops_per_byte"]
+           "check_decode_flops_per_byte", "check_absorbed_step"]
 
 _ABSORBED = "The absorbed form"
 _LATENT = "Keys and values from a latent"
@@ -143,6 +143,10 @@ CACHE = catalogue(
     rope_twice=("one rotary key of R numbers per token, shared by all "
                 "heads; the values have no rotary part, and the queries "
                 "are not cached: C + R", "Positions need their own key"),
+    half_rope=("the rotary key is cached whole, R numbers per token: "
+               "rope_dim is its width, not the number of rotation pairs "
+               "(R / 2 pairs of 2 numbers each): C + R",
+               "Positions need their own key"),
     bits=("that counts bits: bytes_per_number is already in bytes",
           _TABLE),
     no_bytes=("that counts numbers, not bytes: multiply by "
@@ -189,6 +193,7 @@ def check_latent_cache_bytes(fn: Callable[..., int]) -> Verdict:
             (CACHE["times_heads"], heads * full),
             (CACHE["no_rope"], latent * tokens),
             (CACHE["rope_twice"], (latent + 2 * rope) * tokens),
+            (CACHE["half_rope"], (latent + rope // 2) * tokens),
             (CACHE["bits"], 8 * full),
             (CACHE["no_bytes"], full // size),
             (CACHE["no_batch"], full // batch),
@@ -319,6 +324,11 @@ SCORES = catalogue(
     masked=("those scores are masked: return them before the mask (the "
             "-inf above the diagonal comes later, with the softmax)",
             _ROPE),
+    positions_mismatch=("the rotary queries and the shared rotary key "
+                        "rotate at the same positions: token i's query "
+                        "and key both at i, 0 to L - 1 in order; at "
+                        "other positions the score no longer depends on "
+                        "the offset i - j alone", _ROPE),
     split_scale=("one scale for the whole score, 1/sqrt(D + R): the "
                  "content and rotary parts are two halves of one dot "
                  "product of D + R numbers, not scaled by 1/sqrt(D) and "
@@ -344,6 +354,12 @@ SCORES = catalogue(
                   "move W_uk to the query side (exercise 18.1's "
                   "absorb_query, with m.k_up.weight) and score the "
                   "latent queries against the latents", _ABSORBED),
+    one_einsum=("one torch.einsum over three tensors (the query, W_uk "
+                "and the latents) leaves the order of the products to "
+                "einsum, which may rebuild the keys: write the "
+                "absorption yourself, the latent query q @ W_uk first "
+                "(exercise 18.1), then its scores against the latents",
+                _ABSORBED),
 )
 
 
@@ -353,6 +369,15 @@ def _on_tokens(tokens: torch.Size, args: tuple) -> bool:
     that read its matrix, is no rebuild."""
     return bool(args) and isinstance(args[0], torch.Tensor) \
         and args[0].shape[:-1] == tokens
+
+
+def _einsum_operands(args: tuple) -> int:
+    """How many tensors a ``torch.einsum`` call contracts, given one by
+    one or as a list."""
+    operands = args[1:]
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = operands[0]
+    return sum(isinstance(a, torch.Tensor) for a in operands)
 
 
 def _rebuilt_by_hand(record: Recorder, keys: torch.Tensor) -> bool:
@@ -390,7 +415,7 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
             rotate_latent: str = "", rotate: bool = True,
             rope: bool = True, width: int | None = None,
             transposed: bool = False, rotate_key: bool = True,
-            rotate_query: bool = True,
+            rotate_query: bool = True, query_flipped: bool = False,
             split_scale: bool = False,
             head_zero: bool = False,
             no_head_axis: str = "") -> torch.Tensor:
@@ -408,7 +433,8 @@ def _scores(m: MultiHeadLatentAttention, x: torch.Tensor, *,
     q_r = split_heads(m.q_rope_proj(x), heads)  # (B, H, L, R)
     k_r = m.k_rope_proj(x)  # (B, L, R)
     if rotate:
-        q_r = apply_rotary(q_r, pos) if rotate_query else q_r
+        q_pos = pos.flip(0) if query_flipped else pos
+        q_r = apply_rotary(q_r, q_pos) if rotate_query else q_r
         k_r = apply_rotary(k_r, pos) if rotate_key else k_r
     c = m.kv_down(x)  # (B, L, C)
     w = m.k_up.weight.unflatten(0, (heads, head_dim))  # (H, D, C)
@@ -480,6 +506,9 @@ def check_absorbed_scores(
             rebuilt = split_heads(m.k_up(m.kv_down(x)), heads)
             if _rebuilt_by_hand(call.record, rebuilt):
                 return SCORES["rebuilt_keys"].verdict(call.label)
+            if any(_einsum_operands(args) >= 3
+                   for _, args, _ in call.record.find(torch.einsum)):
+                return SCORES["one_einsum"].verdict(call.label)
             # the naive form: every head's key rebuilt, then rotated part
             pos = torch.arange(x.size(1))
             q = torch.cat([split_heads(m.q_proj(x), heads), apply_rotary(
@@ -512,6 +541,8 @@ def check_absorbed_scores(
                     _scores, m, x, rotate_query=False)),
                 (SCORES["split_scale"], partial(_scores, m, x,
                                                 split_scale=True)),
+                (SCORES["positions_mismatch"], partial(
+                    _scores, m, x, query_flipped=True)),
                 (SCORES["head_zero"], partial(_scores, m, x,
                                               head_zero=True)),
             ]
@@ -606,3 +637,123 @@ def check_decode_flops_per_byte(fn: Callable[..., float]) -> Verdict:
                          "FLOPs per byte: 2 H L_q (key_width + "
                          "value_width) FLOPs per cached token over its "
                          "2 key_width bytes")
+
+
+STEP = catalogue(
+    "check_absorbed_step", 18,
+    position_zero=("the new token comes after the L cached ones: rotate "
+                   "its rotary query and its rotary key at position L = "
+                   "c.size(1), the cache's length, not at 0", _DECODE),
+    not_appended=("the new token attends to itself too: append its "
+                  "latent m.kv_down(x) and its rotated rotary key to the "
+                  "cached ones before scoring, L + 1 keys in all",
+                  _DECODE),
+    scale_d=("the scores are scaled by 1/sqrt(D + R), the width of the "
+             "explicit form's whole query, not by 1/sqrt(D)", _ABSORBED),
+    rebuilt_keys=("that rebuilds every head's keys from the latents "
+                  "(m.k_up on them): the explicit form. The absorbed step "
+                  "rebuilds none: multiply each head's query by its "
+                  "W_uk[h] (exercise 18.1) and score it against the "
+                  "latents", _ABSORBED),
+    rebuilt_values=("that rebuilds every head's values from the latents "
+                    "(m.v_up on them) before the weighted sum: the "
+                    "explicit form. The absorbed step sums the latents "
+                    "with the weights first, (B, H, 1, C), then applies "
+                    "each head's W_uv[h]", _ABSORBED),
+    latent_rotated=("the latents carry no positions: rotate only the "
+                    "new token's rotary query and rotary key, never its "
+                    "latent", _ABSORBED),
+)
+
+
+def _step(m: MultiHeadLatentAttention, x: torch.Tensor, c: torch.Tensor,
+          k_r: torch.Tensor, *, position: int | None = None,
+          append: bool = True, width: int | None = None,
+          rotate_latent: bool = False) -> torch.Tensor:
+    """One absorbed decoding step of ``m`` for ``x`` ``(B, 1, d_model)``
+    after the cached latents ``c`` ``(B, L, C)`` and rotated rotary keys
+    ``k_r`` ``(B, L, R)``: ``(B, 1, d_model)``, or with one planted
+    mistake (rotated at ``position``, the new token not ``append``-ed, a
+    scale over ``sqrt(width)``)."""
+    heads = m.num_heads
+    pos = torch.tensor([c.size(1) if position is None else position])
+    q = split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
+    q_r = apply_rotary(split_heads(m.q_rope_proj(x), heads), pos)
+    if append:  # (B, L + 1, C), (B, L + 1, R)
+        latent = m.kv_down(x)  # (B, 1, C)
+        if rotate_latent:
+            latent = apply_rotary(latent, pos)
+        c = torch.cat([c, latent], 1)
+        k_r = torch.cat([k_r, apply_rotary(m.k_rope_proj(x), pos)], 1)
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    w_uv = m.v_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    s = (q @ w_uk) @ c[:, None].mT + q_r @ k_r[:, None].mT  # (B, H, 1, L)
+    scale = (m.head_dim + m.rope_dim if width is None else width) ** -0.5
+    w = (s * scale).softmax(-1)
+    o = (w @ c[:, None]) @ w_uv.mT  # (B, H, 1, C) -> (B, H, 1, D)
+    return m.out_proj(merge_heads(o))  # (B, 1, d_model)
+
+
+def _on_rows(rows: set, args: tuple) -> bool:
+    """Whether a call's first argument holds one of ``rows`` (its shape
+    without the last axis): a call on every token's latent."""
+    return bool(args) and isinstance(args[0], torch.Tensor) \
+        and tuple(args[0].shape[:-1]) in rows
+
+
+def check_absorbed_step(
+    fn: Callable[[MultiHeadLatentAttention, torch.Tensor, torch.Tensor,
+                  torch.Tensor], torch.Tensor],
+) -> Verdict:
+    """Exercise 18.6: ``fn(m, x, c, k_r)`` is one absorbed decoding step
+    of ``m``: the output ``(B, 1, d_model)`` for a new token ``x``
+    ``(B, 1, d_model)`` after ``L`` cached tokens, whose latents ``c``
+    ``(B, L, C)`` and rotated rotary keys ``k_r`` ``(B, L, R)`` a
+    ``KVCache`` holds; checked against ``m(x, cache=..., absorb=True)``.
+    Keys rebuilt with ``m.k_up`` are refused."""
+    generator = torch.Generator().manual_seed(21)
+    for d_model, heads, latent, rope, head_dim, length in (
+            (8, 2, 4, 2, 4, 3), (12, 3, 6, 4, 2, 5)):
+        with torch.random.fork_rng():  # leave the reader's state alone
+            torch.manual_seed(21 + d_model)
+            m = MultiHeadLatentAttention(d_model, heads, latent, rope,
+                                         head_dim=head_dim)
+        prompt = torch.randn(2, length, d_model, generator=generator)
+        x = torch.randn(2, 1, d_model, generator=generator)
+        cache = KVCache()
+        with torch.no_grad():
+            m(prompt, is_causal=True, cache=cache, need_weights=False)
+            c, k_r = cache.values[0][:, 0], cache.keys[0][:, 0]
+            expected, _ = m(x, cache=cache, absorb=True,
+                            need_weights=False)  # (B, 1, d_model)
+        shown = (f"MultiHeadLatentAttention({d_model}, {heads}, {latent}, "
+                 f"{rope}, head_dim={head_dim}), x {tuple(x.shape)}, "
+                 f"c {tuple(c.shape)}, k_r {tuple(k_r.shape)}")
+        # every token's latent, with or without the new one
+        on_latents = partial(_on_rows, {(2, length), (2, length + 1)})
+        with calls_to(m.k_up, on_latents) as called, \
+                calls_to(m.v_up, on_latents) as called_v, torch.no_grad():
+            call = attempt(fn, m, x, c.clone(), k_r.clone(), shown=shown)
+        if call.verdict is not None:
+            return call.verdict
+        if called:
+            return STEP["rebuilt_keys"].verdict(call.label)
+        if called_v:
+            return STEP["rebuilt_values"].verdict(call.label)
+        with torch.no_grad():
+            step = partial(_step, m, x, c, k_r)
+            problem = check_tensor(
+                call.label, call.value, expected, axes="(B, 1, d_model)",
+                atol=1e-5, rtol=1e-4, mistakes=[
+                    (STEP["position_zero"], partial(step, position=0)),
+                    (STEP["not_appended"], partial(step, append=False)),
+                    (STEP["scale_d"], partial(step, width=head_dim)),
+                    (STEP["latent_rotated"], partial(step,
+                                                     rotate_latent=True)),
+                ])
+        if problem is not None:
+            return problem
+    return Verdict(True, "W_uk[h] to the query side, multi-query attention "
+                         "over [c ; rope(k_r)] with the new token "
+                         "appended at position L, over sqrt(D + R), then "
+                         "W_uv[h] and out_proj")
