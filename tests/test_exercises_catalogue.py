@@ -5670,6 +5670,8 @@ WRONG["check_shared_kv_attention"] = {
         lambda q, k, v, m: _shared(q, k, v, m, mask_rows="by_row"),),
     "mask_shape": lambda: (
         lambda q, k, v, m: _shared(q, k, v, m, mask_rows="as_is"),),
+}
+
 # --- chapter 17: more planted mistakes (round 56) ---
 # Exercise 17.5: held lists only the slots written so far; a ring of W - 1
 # slots is named as the read-then-write ring it is. Exercise 17.1: the
@@ -5735,6 +5737,7 @@ WRONG["check_reach_inputs"] = {
     "one_too_few": lambda: (lambda s, w, n: _reach(s, w, n, extra=1),),
     "unclamped": lambda: (lambda s, w, n: _reach(s, w, n, clamp=False),),
 }
+
 # --- chapter 18: more planted mistakes (round 56) ---
 # Exercise 18.4: one einsum over the query, the latents and W_uk leaves
 # the order of the products to einsum (it may rebuild the keys); the
