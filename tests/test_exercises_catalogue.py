@@ -5855,3 +5855,17 @@ def test_chapter18_round56_mismatched_positions_are_named():
         "check_absorbed_scores"]["positions_mismatch"]())
     assert not verdict and "same positions" in verdict.message, \
         verdict.message
+
+
+# --- chapter 1: round 58 ---
+# Exercise 1.3: two right merges, or a right fourth added, get a named hint
+# (not only the count); a split with "</w>" inside the word is named.
+# Exercise 1.6: Latin-1 with errors="replace" ("?" for the euro) is named.
+WRONG["check_bpe_merges"].update({
+    "count/short": lambda: ([("u", "g"), ("ug", "</w>")],),
+    "count/long": lambda: ([("u", "g"), ("ug", "</w>"), ("b", "ug</w>"),
+                            ("p", "ug</w>")],),
+})
+WRONG["check_bpe_split"]["marker_inside"] = lambda: (["b", "ug</w>", "s"],)
+WRONG["check_byte_ids"]["latin1/replace"] = lambda: (
+    lambda text: list(text.encode("latin-1", errors="replace")),)
