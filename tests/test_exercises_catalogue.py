@@ -5855,3 +5855,44 @@ def test_chapter18_round56_mismatched_positions_are_named():
         "check_absorbed_scores"]["positions_mismatch"]())
     assert not verdict and "same positions" in verdict.message, \
         verdict.message
+
+
+# --- chapter 12: the FFN added to x, ReLU and norm2 in the parallel block
+# (round 58) ---
+# Exercises 12.2 and Llama's block: the FFN's update added to x, not to h,
+# drops attention's update. GPT-J's parallel block with F.relu in place of
+# block.activation (GELU), or with norm2 for both sublayers. All three got
+# the generic "entries are off"; each now has its own hint.
+def _pre_norm_ffn_to_x(b, x, mask=None):
+    h = x + b.attn(b.norm1(x), mask=mask, need_weights=False)[0]
+    return x + b.linear2(b.activation(b.linear1(b.norm2(h))))
+
+
+def _llama_ffn_to_x(p, x, causal=True):
+    h = x + p.attn(p.norm1(x), need_weights=False, is_causal=causal)[0]
+    z = p.norm2(h)
+    return x + p.w2(F.silu(p.w1(z)) * p.w3(z))
+
+
+def _parallel_ffn(b, x, causal=True, act=None, norm=None):
+    z = (norm or b.norm1)(x)
+    a = b.attn(z, need_weights=False, is_causal=causal)[0]
+    return x + a + b.linear2((act or b.activation)(b.linear1(z)))
+
+
+WRONG["check_pre_norm"]["ffn_to_x"] = lambda: (_pre_norm_ffn_to_x,)
+WRONG["check_llama_block"].update({
+    "ffn_to_x": lambda: (_llama_ffn_to_x,),
+    "ffn_to_x/no_mask": lambda: (
+        lambda p, x: _llama_ffn_to_x(p, x, causal=False),),
+})
+WRONG["check_parallel_block"].update({
+    "fixed_relu": lambda: (
+        lambda b, x: _parallel_ffn(b, x, act=F.relu),),
+    "fixed_relu/no_mask": lambda: (
+        lambda b, x: _parallel_ffn(b, x, causal=False, act=F.relu),),
+    "norm2_both": lambda: (
+        lambda b, x: _parallel_ffn(b, x, norm=b.norm2),),
+    "norm2_both/no_mask": lambda: (
+        lambda b, x: _parallel_ffn(b, x, causal=False, norm=b.norm2),),
+})
