@@ -5672,6 +5672,63 @@ WRONG["check_shared_kv_attention"] = {
         lambda q, k, v, m: _shared(q, k, v, m, mask_rows="as_is"),),
 }
 
+# Exercise 14.5 (round 58): the copies the exercise forbids, each named.
+# Exercise 14.2's own answer (unsqueeze, expand, reshape, as Hugging Face's
+# repeat_kv) fed to SDPA; heads picked by number, k[:, torch.arange(H) // g];
+# a broadcast matmul over a group axis, which expands K and V into a new
+# tensor inside matmul. Tiling k.repeat(1, g, 1, 1) (heads 0, 1, 0, 1) has
+# its own hint: the reader used no transpose.
+
+
+def _shared_copied(q, k, v, mask, how):
+    B, H, Lq, D = q.shape  # noqa: N806
+    H_kv = k.size(1)  # noqa: N806
+    g = H // H_kv
+    if how == "expand":
+        k, v = expand_kv(k, H), expand_kv(v, H)
+    elif how == "index":
+        heads = torch.arange(H) // g
+        k, v = k[:, heads], v[:, heads]
+    elif how == "tile":
+        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
+    if how != "broadcast":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    rows = q.reshape(B, H_kv, g, Lq, D)
+    scores = rows @ k[:, :, None].mT / D ** 0.5
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return (scores.softmax(-1) @ v[:, :, None]).reshape(B, H, Lq, D)
+
+
+WRONG["check_shared_kv_attention"]["copies_expand"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "expand"),)
+WRONG["check_shared_kv_attention"]["copies_index"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "index"),)
+WRONG["check_shared_kv_attention"]["copies_broadcast"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "broadcast"),)
+WRONG["check_shared_kv_attention"]["tiled"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "tile"),)
+RIGHT["check_shared_kv_attention"].append(lambda: (
+    lambda q, k, v, m: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=m, enable_gqa=True),))
+
+# Exercise 14.2 (round 58): x returned unchanged is named by its shape;
+# repeat_interleave on the batch axis (dim=0) gets a hint that names the
+# axis and points back to the text.
+WRONG["check_expand_kv"]["batch_axis"] = lambda: (
+    lambda x, h: x.repeat_interleave(h // x.size(1), dim=0),)
+
+
+def test_chapter14_expand_kv_unchanged_names_the_shape():
+    verdict = _check("check_expand_kv", (lambda x, h: x,))
+    assert not verdict and "(2, 2, 5, 3)" in verdict.message \
+        and "(2, 4, 5, 3)" in verdict.message, verdict.message
+
+
+def test_chapter14_shared_kv_with_enable_gqa_is_not_told_about_a_reshape():
+    verdict = _check("check_shared_kv_attention", RIGHT[
+        "check_shared_kv_attention"][-1]())
+    assert verdict and "enable_gqa" in verdict.message, verdict.message
+
 # --- chapter 17: more planted mistakes (round 56) ---
 # Exercise 17.5: held lists only the slots written so far; a ring of W - 1
 # slots is named as the read-then-write ring it is. Exercise 17.1: the
@@ -5869,3 +5926,76 @@ WRONG["check_bpe_merges"].update({
 WRONG["check_bpe_split"]["marker_inside"] = lambda: (["b", "ug</w>", "s"],)
 WRONG["check_byte_ids"]["latin1/replace"] = lambda: (
     lambda text: list(text.encode("latin-1", errors="replace")),)
+
+
+# --- chapter 12: the FFN added to x, ReLU and norm2 in the parallel block
+# (round 58) ---
+# Exercises 12.2 and Llama's block: the FFN's update added to x, not to h,
+# drops attention's update. GPT-J's parallel block with F.relu in place of
+# block.activation (GELU), or with norm2 for both sublayers. All three got
+# the generic "entries are off"; each now has its own hint.
+def _pre_norm_ffn_to_x(b, x, mask=None):
+    h = x + b.attn(b.norm1(x), mask=mask, need_weights=False)[0]
+    return x + b.linear2(b.activation(b.linear1(b.norm2(h))))
+
+
+def _llama_ffn_to_x(p, x, causal=True):
+    h = x + p.attn(p.norm1(x), need_weights=False, is_causal=causal)[0]
+    z = p.norm2(h)
+    return x + p.w2(F.silu(p.w1(z)) * p.w3(z))
+
+
+def _parallel_ffn(b, x, causal=True, act=None, norm=None):
+    z = (norm or b.norm1)(x)
+    a = b.attn(z, need_weights=False, is_causal=causal)[0]
+    return x + a + b.linear2((act or b.activation)(b.linear1(z)))
+
+
+WRONG["check_pre_norm"]["ffn_to_x"] = lambda: (_pre_norm_ffn_to_x,)
+WRONG["check_llama_block"].update({
+    "ffn_to_x": lambda: (_llama_ffn_to_x,),
+    "ffn_to_x/no_mask": lambda: (
+        lambda p, x: _llama_ffn_to_x(p, x, causal=False),),
+})
+WRONG["check_parallel_block"].update({
+    "fixed_relu": lambda: (
+        lambda b, x: _parallel_ffn(b, x, act=F.relu),),
+    "fixed_relu/no_mask": lambda: (
+        lambda b, x: _parallel_ffn(b, x, causal=False, act=F.relu),),
+    "norm2_both": lambda: (
+        lambda b, x: _parallel_ffn(b, x, norm=b.norm2),),
+    "norm2_both/no_mask": lambda: (
+        lambda b, x: _parallel_ffn(b, x, causal=False, norm=b.norm2),),
+})
+
+
+# Exercise 18.6, round 58: the new token rotated one position early or
+# late, the cached rotary keys rotated a second time, the scale over
+# sqrt(C + R) and a missing out_proj are named (d_model = H * D in the
+# checker's first layer, so the shape alone does not catch the last).
+def _step18_more(m, x, c, k_r, how):
+    heads, L = m.num_heads, c.size(1)
+    pos = torch.tensor([L + {"previous": -1, "next": 1}.get(how, 0)])
+    if how == "rerotated":
+        k_r = apply_rotary(k_r, torch.arange(L))
+    q = mha_lib.split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    c = torch.cat([c, m.kv_down(x)], 1)
+    k_r = torch.cat([k_r, apply_rotary(m.k_rope_proj(x), pos)], 1)
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    w_uv = m.v_up.weight.unflatten(0, (heads, -1))
+    s = (q @ w_uk) @ c[:, None].mT + q_r @ k_r[:, None].mT
+    width = (m.kv_latent_dim + m.rope_dim if how == "scale_c_r"
+             else m.head_dim + m.rope_dim)
+    o = (s / width ** 0.5).softmax(-1) @ c[:, None] @ w_uv.mT
+    o = mha_lib.merge_heads(o)  # (B, 1, H * D)
+    return o if how == "no_out_proj" else m.out_proj(o)
+
+
+for _name, _how in (("position_off_by_one/previous", "previous"),
+                   ("position_off_by_one/next", "next"),
+                   ("rerotated", "rerotated"), ("scale_c_r", "scale_c_r"),
+                   ("no_out_proj", "no_out_proj")):
+    WRONG["check_absorbed_step"][_name] = (
+        lambda how=_how: (
+            lambda m, x, c, k_r: _step18_more(m, x, c, k_r, how),))

@@ -254,6 +254,10 @@ PRE_NORM = catalogue(
     fixed_relu=("this uses ReLU: the block's activation is "
                 "block.activation (GELU by default)",
                 "The feed-forward network"),
+    ffn_to_x=("the FFN's update is added to x, the block's input, which "
+              "drops attention's update: add it to h, h = x + "
+              "attn(norm1(x)), then h + ffn(norm2(h))",
+              "Residual connections"),
     final_norm=("the block's output is normalised once more: GPT-2's "
                 "final LayerNorm follows the whole stack, not each block",
                 _BLOCK),
@@ -351,7 +355,7 @@ def _explain(error: BaseException, _: object) -> object:
 _MISWIRED = {"post_norm", "normalised_stream", "normalised_stream1",
              "normalised_stream2", "no_residual", "no_first_residual",
              "no_second_residual", "one_norm", "swapped_norms",
-             "stale_ffn_input", "parallel"}
+             "stale_ffn_input", "parallel", "ffn_to_x"}
 
 
 def _miswired(how: str, x: torch.Tensor, attn: Callable, ffn: Callable,
@@ -371,6 +375,8 @@ def _miswired(how: str, x: torch.Tensor, attn: Callable, ffn: Callable,
         return h + ffn(n1(h))
     if how == "no_residual":
         return ffn(n2(attn(n1(x))))
+    if how == "ffn_to_x":  # attention's update dropped
+        return x + ffn(n2(x + attn(n1(x))))
     h = attn(n1(x)) if how == "no_first_residual" else x + attn(n1(x))
     if how == "no_second_residual":
         return ffn(n2(h))
@@ -473,7 +479,7 @@ def check_pre_norm(
                     "final_norm1", "final_norm2", "normalised_stream1",
                     "normalised_stream2", "causal_mask", "attn_output_ffn",
                     "output_norm", "fixed_gelu", "fresh_norm",
-                    "fresh_norm1", "fresh_norm2")])
+                    "fresh_norm1", "fresh_norm2", "ffn_to_x")])
         if problem is not None:
             return problem
         masked = _takes_mask(fn)
@@ -526,6 +532,10 @@ LLAMA_BLOCK = catalogue(
                        "Residual connections"),
     no_second_residual=("the second residual is missing: h + "
                         "swiglu(norm2(h))", "Residual connections"),
+    ffn_to_x=("the FFN's update is added to x, the block's input, which "
+              "drops attention's update: add it to h, h = x + "
+              "attn(norm1(x)), then h + swiglu(norm2(h))",
+              "Residual connections"),
     no_residual=("both residuals are missing: add each sublayer's output "
                  "to its input, h = x + attn(norm1(x)), then "
                  "h + swiglu(norm2(h))", "Residual connections"),
@@ -748,6 +758,12 @@ PARALLEL = catalogue(
     no_activation=("the activation between the two FFN layers is missing: "
                    "block.linear2(block.activation(block.linear1(h)))",
                    "The feed-forward network"),
+    fixed_relu=("this uses ReLU: the block's activation is "
+                "block.activation (GELU here), "
+                "block.linear2(block.activation(block.linear1(z)))",
+                "The feed-forward network"),
+    norm2_both=("both sublayers read norm2(x): GPT-J's one norm is "
+                "norm1, x + attn(norm1(x)) + ffn(norm1(x))", _BLOCK),
     pair_sum=("block.attn(...) returns a pair (output, weights): take "
               "[0] before adding it to x", _BLOCK),
     whole_block=("that calls the block itself, which is sequential; the "
@@ -775,10 +791,14 @@ def _parallel_forward(block: TransformerBlock, x: torch.Tensor,
 
     def ffn(h):
         hidden = block.linear1(h)
+        if how == "fixed_relu":
+            return block.linear2(F.relu(hidden))
         return block.linear2(hidden if how == "no_activation"
                              else block.activation(hidden))
 
     n1, n2 = block.norm1, block.norm2
+    if how == "norm2_both":
+        n1 = n2
     with torch.no_grad():
         if how == "sequential":
             h = x + attn(n1(x))
