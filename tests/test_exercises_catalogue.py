@@ -5672,6 +5672,63 @@ WRONG["check_shared_kv_attention"] = {
         lambda q, k, v, m: _shared(q, k, v, m, mask_rows="as_is"),),
 }
 
+# Exercise 14.5 (round 58): the copies the exercise forbids, each named.
+# Exercise 14.2's own answer (unsqueeze, expand, reshape, as Hugging Face's
+# repeat_kv) fed to SDPA; heads picked by number, k[:, torch.arange(H) // g];
+# a broadcast matmul over a group axis, which expands K and V into a new
+# tensor inside matmul. Tiling k.repeat(1, g, 1, 1) (heads 0, 1, 0, 1) has
+# its own hint: the reader used no transpose.
+
+
+def _shared_copied(q, k, v, mask, how):
+    B, H, Lq, D = q.shape  # noqa: N806
+    H_kv = k.size(1)  # noqa: N806
+    g = H // H_kv
+    if how == "expand":
+        k, v = expand_kv(k, H), expand_kv(v, H)
+    elif how == "index":
+        heads = torch.arange(H) // g
+        k, v = k[:, heads], v[:, heads]
+    elif how == "tile":
+        k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
+    if how != "broadcast":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    rows = q.reshape(B, H_kv, g, Lq, D)
+    scores = rows @ k[:, :, None].mT / D ** 0.5
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return (scores.softmax(-1) @ v[:, :, None]).reshape(B, H, Lq, D)
+
+
+WRONG["check_shared_kv_attention"]["copies_expand"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "expand"),)
+WRONG["check_shared_kv_attention"]["copies_index"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "index"),)
+WRONG["check_shared_kv_attention"]["copies_broadcast"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "broadcast"),)
+WRONG["check_shared_kv_attention"]["tiled"] = lambda: (
+    lambda q, k, v, m: _shared_copied(q, k, v, m, "tile"),)
+RIGHT["check_shared_kv_attention"].append(lambda: (
+    lambda q, k, v, m: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=m, enable_gqa=True),))
+
+# Exercise 14.2 (round 58): x returned unchanged is named by its shape;
+# repeat_interleave on the batch axis (dim=0) gets a hint that names the
+# axis and points back to the text.
+WRONG["check_expand_kv"]["batch_axis"] = lambda: (
+    lambda x, h: x.repeat_interleave(h // x.size(1), dim=0),)
+
+
+def test_chapter14_expand_kv_unchanged_names_the_shape():
+    verdict = _check("check_expand_kv", (lambda x, h: x,))
+    assert not verdict and "(2, 2, 5, 3)" in verdict.message \
+        and "(2, 4, 5, 3)" in verdict.message, verdict.message
+
+
+def test_chapter14_shared_kv_with_enable_gqa_is_not_told_about_a_reshape():
+    verdict = _check("check_shared_kv_attention", RIGHT[
+        "check_shared_kv_attention"][-1]())
+    assert verdict and "enable_gqa" in verdict.message, verdict.message
+
 # --- chapter 17: more planted mistakes (round 56) ---
 # Exercise 17.5: held lists only the slots written so far; a ring of W - 1
 # slots is named as the read-then-write ring it is. Exercise 17.1: the
