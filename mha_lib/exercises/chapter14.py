@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from mha_lib.cache import KVCache
 from mha_lib.exercises.verdict import (
@@ -193,8 +195,12 @@ EXPAND = catalogue(
                          "after the other in memory (expanded copies, or "
                          "keys split into heads by a transpose): use "
                          "reshape", "The way back: `merge_heads`", 5),
-    group_size=("the group size is g = num_heads // H_kv, the number of "
-                "query heads per key/value head", _GQA),
+    group_size=("that is x unchanged, (B, H_kv, L, D): each key/value "
+                "head must appear g = num_heads // H_kv times, one copy "
+                "per query head of its group, to give (B, H, L, D)", _GQA),
+    batch_axis=("that repeats along the batch axis (dim=0), so each "
+                "sequence appears g times: the copies go along the head "
+                "axis, repeat_interleave(g, dim=1)", _GQA),
     no_merge=("the group axis is still there, (B, H_kv, g, L, D): merge "
               "it into the head axis with a final reshape to "
               "(B, H, L, D)", _GQA),
@@ -272,6 +278,17 @@ def check_expand_kv(
         if (isinstance(call.value, torch.Tensor) and tuple(call.value.shape)
                 == (batch, num_kv_heads, group, length, head_dim)):
             return EXPAND["no_merge"].verdict(call.label)
+        if (group > 1 and isinstance(call.value, torch.Tensor)
+                and tuple(call.value.shape) == (
+                    batch * group, num_kv_heads, length, head_dim)):
+            return EXPAND["batch_axis"].verdict(call.label)
+        if (group > 1 and isinstance(call.value, torch.Tensor)
+                and tuple(call.value.shape) == tuple(x.shape)
+                and torch.equal(call.value, x)):
+            return Verdict(False, f"{call.label} has shape "
+                           f"{tuple(x.shape)}, wanted "
+                           f"{tuple(expected.shape)}: "
+                           f"{EXPAND['group_size'].message}")
         problem = check_tensor(
             call.label, call.value, expected, axes="(B, H, L, D)",
             atol=0.0, rtol=0.0, mistakes=[
@@ -581,14 +598,83 @@ SHARED = catalogue(
                 "Lk): give it the same rows as the queries, mask.repeat(g, "
                 "1)", _GQA),
     copies=("right values, but the key/value heads are copied (repeat, "
-            "repeat_interleave or expand on k or v): stack each group's "
+            "repeat_interleave or tile on k or v): stack each group's "
             "query heads as rows instead, q.reshape(B, H_kv, g * Lq, D), "
             "and attend over k and v as they are", _GQA),
+    copies_expand=("right values, but that is exercise 14.2's expand_kv "
+                   "(unsqueeze, expand, reshape, as Hugging Face's "
+                   "repeat_kv): the reshape copies each key/value head g "
+                   "times. Reshape q instead, q.reshape(B, H_kv, g * Lq, "
+                   "D), and attend over k and v as they are", _GQA),
+    copies_index=("right values, but picking heads by number, k[:, "
+                  "torch.arange(H) // g], builds a new (B, H, Lk, D) "
+                  "tensor, a copy of each key/value head g times. Reshape "
+                  "q instead, q.reshape(B, H_kv, g * Lq, D)", _GQA),
+    copies_broadcast=("right values, but a product over a group axis, "
+                      "(B, H_kv, g, Lq, D) @ k[:, :, None], makes matmul "
+                      "expand k and v g times into a new tensor. Stack "
+                      "the group's heads as rows instead, q.reshape(B, "
+                      "H_kv, g * Lq, D): one product per group, no "
+                      "broadcast", _GQA),
+    tiled=("k.repeat(1, g, 1, 1) tiles the heads (0, 1, 0, 1, ...): "
+           "query heads 0 to g - 1 share key/value head 0, and the "
+           "exercise asks for no copies at all: reshape q to (B, H_kv, "
+           "g * Lq, D)", _GQA),
 )
 
 _COPY = (torch.repeat_interleave, torch.Tensor.repeat_interleave,
-         torch.Tensor.repeat, torch.Tensor.expand, torch.tile,
-         torch.Tensor.tile, torch.Tensor.expand_as)
+         torch.Tensor.repeat, torch.tile, torch.Tensor.tile)
+_TILE = (torch.Tensor.repeat, torch.tile, torch.Tensor.tile)
+
+
+class _CopyWatch(TorchDispatchMode):
+    """Sees every ATen operation the reader's code runs (also inside
+    matmul's broadcast), follows which tensors come from ``k`` or ``v``,
+    and counts the new tensors, made from them, with ``size`` numbers:
+    the size of the key/value heads copied to one per query head."""
+
+    def __init__(self, sources, size):
+        super().__init__()
+        self.marked = {t.untyped_storage().data_ptr() for t in sources}
+        self.size, self.copies, self.kept = size, 0, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = [t for t in torch.utils._pytree.tree_leaves((args, kwargs))
+                 if isinstance(t, torch.Tensor)]
+        made = [t for t in torch.utils._pytree.tree_leaves(out)
+                if isinstance(t, torch.Tensor)]
+        self.kept += given + made  # no storage freed and reused meanwhile
+        inputs = {t.untyped_storage().data_ptr() for t in given}
+        if inputs & self.marked:
+            for t in made:
+                ptr = t.untyped_storage().data_ptr()
+                if ptr not in inputs and t.numel() == self.size:
+                    self.copies += 1
+                self.marked.add(ptr)
+        return out
+
+
+def _copy_kind(fn) -> object:
+    """The copy hint for ``fn``'s way of attending, or None: one call with
+    many keys (Lk = 64) under :class:`_CopyWatch`."""
+    generator = torch.Generator().manual_seed(16)
+    B, H, H_kv, Lq, Lk, D = 2, 4, 2, 3, 64, 5  # noqa: N806
+    q = torch.randn(B, H, Lq, D, generator=generator)
+    k, v = (torch.randn(B, H_kv, Lk, D, generator=generator)
+            for _ in range(2))
+    watch = _CopyWatch((k, v), B * H * Lk * D)
+    with watch:
+        call = attempt(fn, q, k, v, causal_mask(Lq, Lk))
+    if call.verdict is not None or not watch.copies:
+        return None
+    if call.record.used(*_COPY):
+        return SHARED["copies"]
+    if _indexed_heads(call.record):
+        return SHARED["copies_index"]
+    if call.record.used(torch.Tensor.expand, torch.Tensor.expand_as):
+        return SHARED["copies_expand"]
+    return SHARED["copies_broadcast"]
 
 
 def _explain_shared(error: BaseException, record) -> object:
@@ -650,12 +736,22 @@ def check_shared_kv_attention(fn: Callable[..., torch.Tensor]) -> Verdict:
                  _shared_reference(q, k, v, mask, scale=1.0)),
             ])
         if problem is not None:
+            if SHARED["interleaved"].message in problem.message and any(
+                    isinstance(a[0], torch.Tensor) and a[0].dim() == 4
+                    and a[0].shape[1:] == k.shape[1:]
+                    for _, a, _ in call.record.find(*_TILE) if a):
+                return SHARED["tiled"].verdict(call.label)
             return problem
-        if g > 1 and any(
-                isinstance(a[0], torch.Tensor) and a[0].dim() == 4
-                and a[0].shape[1:] == k.shape[1:]
-                for _, a, _ in call.record.find(*_COPY) if a):
-            return SHARED["copies"].verdict(call.label)
+    copied = _copy_kind(fn)
+    if copied is not None:
+        return copied.verdict(call.label)
+    if any(kwargs.get("enable_gqa") for _, _, kwargs in call.record.find(
+            F.scaled_dot_product_attention)):
+        return Verdict(True, "SDPA's enable_gqa=True lets query head h "
+                             "read key/value head h // g itself, with no "
+                             "copy in your code; the page's way shows how: "
+                             "each group's g query heads stacked as rows, "
+                             "q.reshape(B, H_kv, g * Lq, D)")
     return Verdict(True, "each group's g query heads stacked as rows, "
                          "(B, H_kv, g * Lq, D), the mask repeated to "
                          "match, over the shared key/value head as it is")
