@@ -5855,3 +5855,35 @@ def test_chapter18_round56_mismatched_positions_are_named():
         "check_absorbed_scores"]["positions_mismatch"]())
     assert not verdict and "same positions" in verdict.message, \
         verdict.message
+
+
+# Exercise 18.6, round 58: the new token rotated one position early or
+# late, the cached rotary keys rotated a second time, the scale over
+# sqrt(C + R) and a missing out_proj are named (d_model = H * D in the
+# checker's first layer, so the shape alone does not catch the last).
+def _step18_more(m, x, c, k_r, how):
+    heads, L = m.num_heads, c.size(1)
+    pos = torch.tensor([L + {"previous": -1, "next": 1}.get(how, 0)])
+    if how == "rerotated":
+        k_r = apply_rotary(k_r, torch.arange(L))
+    q = mha_lib.split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    c = torch.cat([c, m.kv_down(x)], 1)
+    k_r = torch.cat([k_r, apply_rotary(m.k_rope_proj(x), pos)], 1)
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    w_uv = m.v_up.weight.unflatten(0, (heads, -1))
+    s = (q @ w_uk) @ c[:, None].mT + q_r @ k_r[:, None].mT
+    width = (m.kv_latent_dim + m.rope_dim if how == "scale_c_r"
+             else m.head_dim + m.rope_dim)
+    o = (s / width ** 0.5).softmax(-1) @ c[:, None] @ w_uv.mT
+    o = mha_lib.merge_heads(o)  # (B, 1, H * D)
+    return o if how == "no_out_proj" else m.out_proj(o)
+
+
+for _name, _how in (("position_off_by_one/previous", "previous"),
+                   ("position_off_by_one/next", "next"),
+                   ("rerotated", "rerotated"), ("scale_c_r", "scale_c_r"),
+                   ("no_out_proj", "no_out_proj")):
+    WRONG["check_absorbed_step"][_name] = (
+        lambda how=_how: (
+            lambda m, x, c, k_r: _step18_more(m, x, c, k_r, how),))
