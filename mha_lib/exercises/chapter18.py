@@ -663,19 +663,36 @@ STEP = catalogue(
     latent_rotated=("the latents carry no positions: rotate only the "
                     "new token's rotary query and rotary key, never its "
                     "latent", _ABSORBED),
+    position_off_by_one=("the new token's position is off by one: after "
+                         "L cached tokens at positions 0 to L - 1 it sits "
+                         "at L = c.size(1), not L - 1 or L + 1", _DECODE),
+    rerotated=("the cached rotary keys k_r were rotated a second time: "
+               "the cache holds them already rotated, so rotate only the "
+               "new token's rotary query and rotary key", _DECODE),
+    scale_c_r=("the scores are scaled by 1/sqrt(C + R), the width of the "
+               "absorbed query; the scale stays the explicit form's "
+               "1/sqrt(D + R), since absorbing changes no score",
+               _ABSORBED),
+    no_out_proj=("the heads' outputs are merged but not projected: apply "
+                 "m.out_proj to the merged (B, 1, H * D) output, as the "
+                 "layer does", _ABSORBED),
 )
 
 
 def _step(m: MultiHeadLatentAttention, x: torch.Tensor, c: torch.Tensor,
           k_r: torch.Tensor, *, position: int | None = None,
           append: bool = True, width: int | None = None,
-          rotate_latent: bool = False) -> torch.Tensor:
+          rotate_latent: bool = False, rerotate: bool = False,
+          project: bool = True) -> torch.Tensor:
     """One absorbed decoding step of ``m`` for ``x`` ``(B, 1, d_model)``
     after the cached latents ``c`` ``(B, L, C)`` and rotated rotary keys
     ``k_r`` ``(B, L, R)``: ``(B, 1, d_model)``, or with one planted
     mistake (rotated at ``position``, the new token not ``append``-ed, a
-    scale over ``sqrt(width)``)."""
+    scale over ``sqrt(width)``, the cached rotary keys ``rerotate``-d, no
+    ``out_proj`` unless ``project``)."""
     heads = m.num_heads
+    if rerotate:
+        k_r = apply_rotary(k_r, torch.arange(c.size(1)))
     pos = torch.tensor([c.size(1) if position is None else position])
     q = split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
     q_r = apply_rotary(split_heads(m.q_rope_proj(x), heads), pos)
@@ -691,7 +708,8 @@ def _step(m: MultiHeadLatentAttention, x: torch.Tensor, c: torch.Tensor,
     scale = (m.head_dim + m.rope_dim if width is None else width) ** -0.5
     w = (s * scale).softmax(-1)
     o = (w @ c[:, None]) @ w_uv.mT  # (B, H, 1, C) -> (B, H, 1, D)
-    return m.out_proj(merge_heads(o))  # (B, 1, d_model)
+    o = merge_heads(o)  # (B, 1, H * D)
+    return m.out_proj(o) if project else o  # (B, 1, d_model)
 
 
 def _on_rows(rows: set, args: tuple) -> bool:
@@ -750,6 +768,13 @@ def check_absorbed_step(
                     (STEP["scale_d"], partial(step, width=head_dim)),
                     (STEP["latent_rotated"], partial(step,
                                                      rotate_latent=True)),
+                    (STEP["position_off_by_one"],
+                     partial(step, position=length - 1)),
+                    (STEP["position_off_by_one"],
+                     partial(step, position=length + 1)),
+                    (STEP["rerotated"], partial(step, rerotate=True)),
+                    (STEP["scale_c_r"], partial(step, width=latent + rope)),
+                    (STEP["no_out_proj"], partial(step, project=False)),
                 ])
         if problem is not None:
             return problem
