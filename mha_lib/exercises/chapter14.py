@@ -7,8 +7,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-import torch.utils._pytree
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.overrides import TorchFunctionMode
 
 from mha_lib.cache import KVCache
 from mha_lib.exercises.verdict import (
@@ -627,31 +626,52 @@ _COPY = (torch.repeat_interleave, torch.Tensor.repeat_interleave,
 _TILE = (torch.Tensor.repeat, torch.tile, torch.Tensor.tile)
 
 
-class _CopyWatch(TorchDispatchMode):
-    """Sees every ATen operation the reader's code runs (also inside
-    matmul's broadcast), follows which tensors come from ``k`` or ``v``,
-    and counts the new tensors, made from them, with ``size`` numbers:
-    the size of the key/value heads copied to one per query head."""
+def _tensors(tree) -> list[torch.Tensor]:
+    """The tensors in nested tuples, lists and dicts of arguments."""
+    if isinstance(tree, torch.Tensor):
+        return [tree]
+    items = tree.values() if isinstance(tree, dict) else tree
+    if isinstance(items, (tuple, list)) or isinstance(tree, dict):
+        return [t for item in items for t in _tensors(item)]
+    return []
+
+
+_MATMUL = (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__,
+           torch.Tensor.__rmatmul__)
+
+
+class _CopyWatch(TorchFunctionMode):
+    """Follows, through every torch function the reader's code calls,
+    which tensors come from ``k`` or ``v``, and counts the copies of the
+    key/value heads: a new tensor made from them with ``size`` numbers
+    (each head once per query head), or a ``matmul`` that broadcasts one of
+    them over a group axis (``matmul`` expands it into a new tensor)."""
 
     def __init__(self, sources, size):
         super().__init__()
         self.marked = {t.untyped_storage().data_ptr() for t in sources}
         self.size, self.copies, self.kept = size, 0, []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        given = [t for t in torch.utils._pytree.tree_leaves((args, kwargs))
-                 if isinstance(t, torch.Tensor)]
-        made = [t for t in torch.utils._pytree.tree_leaves(out)
-                if isinstance(t, torch.Tensor)]
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        given, made = _tensors((args, kwargs)), _tensors(out)
         self.kept += given + made  # no storage freed and reused meanwhile
         inputs = {t.untyped_storage().data_ptr() for t in given}
-        if inputs & self.marked:
-            for t in made:
-                ptr = t.untyped_storage().data_ptr()
-                if ptr not in inputs and t.numel() == self.size:
-                    self.copies += 1
-                self.marked.add(ptr)
+        ours = [t for t in given
+                if t.untyped_storage().data_ptr() in self.marked]
+        if not ours:
+            return out
+        if func in _MATMUL and len(given) == 2 \
+                and min(t.dim() for t in given) >= 3:
+            batch = torch.broadcast_shapes(*(t.shape[:-2] for t in given))
+            self.copies += sum(t.shape[:-2].numel() < batch.numel()
+                               for t in ours)
+        for t in made:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in inputs and t.numel() == self.size:
+                self.copies += 1
+            self.marked.add(ptr)
         return out
 
 
