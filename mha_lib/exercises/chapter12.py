@@ -432,6 +432,23 @@ def _wrong_forward(block: TransformerBlock, x: torch.Tensor,
         return out
 
 
+def _test_block(d_model: int, heads: int, seed: int,
+                generator: torch.Generator,
+                activation: str = "gelu") -> TransformerBlock:
+    """A block in eval mode whose weights come from ``seed`` (the reader's
+    random state left alone), with LayerNorm gains away from 1 and nonzero
+    biases drawn from ``generator``, so that a norm left out shows."""
+    with torch.random.fork_rng():  # leave the reader's state alone
+        torch.manual_seed(seed)
+        block = TransformerBlock(d_model, heads, 4 * d_model,
+                                 activation=activation).eval()
+    with torch.no_grad():
+        for norm in (block.norm1, block.norm2):
+            norm.weight.uniform_(0.5, 1.5, generator=generator)
+            norm.bias.uniform_(-0.5, 0.5, generator=generator)
+    return block
+
+
 def check_pre_norm(
     fn: Callable[[TransformerBlock, torch.Tensor], torch.Tensor],
 ) -> Verdict:
@@ -444,14 +461,8 @@ def check_pre_norm(
     cases = ((2, 5, 8, 4, "gelu"), (1, 3, 6, 2, "relu"),
              (3, 1, 4, 1, "gelu"))
     for batch, length, d_model, heads, activation in cases:
-        with torch.random.fork_rng():  # leave the reader's state alone
-            torch.manual_seed(120 + length)
-            block = TransformerBlock(d_model, heads, 4 * d_model,
-                                     activation=activation).eval()
-        with torch.no_grad():  # LayerNorm gains away from 1, biases nonzero
-            for norm in (block.norm1, block.norm2):
-                norm.weight.uniform_(0.5, 1.5, generator=generator)
-                norm.bias.uniform_(-0.5, 0.5, generator=generator)
+        block = _test_block(d_model, heads, 120 + length, generator,
+                            activation)
         x = torch.randn(batch, length, d_model, generator=generator) * 3
         given = x.clone()  # the reader's function must leave x alone
         with torch.no_grad():
@@ -832,13 +843,7 @@ def check_parallel_block(
     with or without the causal mask."""
     generator = torch.Generator().manual_seed(14)
     for batch, length, d_model, heads in ((2, 5, 8, 4), (1, 3, 6, 2)):
-        with torch.random.fork_rng():  # leave the reader's state alone
-            torch.manual_seed(140 + length)
-            block = TransformerBlock(d_model, heads, 4 * d_model).eval()
-        with torch.no_grad():  # LayerNorm gains away from 1, biases nonzero
-            for norm in (block.norm1, block.norm2):
-                norm.weight.uniform_(0.5, 1.5, generator=generator)
-                norm.bias.uniform_(-0.5, 0.5, generator=generator)
+        block = _test_block(d_model, heads, 140 + length, generator)
         x = torch.randn(batch, length, d_model, generator=generator) * 3
         given = x.clone()
         with torch.no_grad():
