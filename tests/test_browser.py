@@ -667,8 +667,11 @@ def _sidebar_misses(page, url: str, first_miss: bool = False,  # noqa: ANN001
     misses, stops = [], 0
     for y in range(0, height - 900, 2550):
         page.evaluate(f"window.scrollTo(0, {y})")
-        page.wait_for_timeout(80)  # the script marks after the next frame
-        stop = page.evaluate(_SIDEBAR_STOP)
+        for _ in range(20):  # the script marks after the next frame; under
+            page.wait_for_timeout(50)  # load a frame can take longer
+            stop = page.evaluate(_SIDEBAR_STOP)
+            if stop["want"] is None or stop["got"] == stop["want"]:
+                break
         if stop["want"] is None:
             continue
         stops += 1
