@@ -449,6 +449,26 @@ def _test_block(d_model: int, heads: int, seed: int,
     return block
 
 
+def _run_on_block(fn, block, x, explain, named, pair):
+    """Calls ``fn(block, x)`` on a copy of ``x`` without gradients and
+    returns ``(call, refusal)``: the refusal (or None) when ``fn`` failed,
+    called the block itself, changed ``x`` in place (``named``'s
+    "whole_block" and "in_place" hints) or returned a pair
+    (``pair(label)``)."""
+    given = x.clone()  # the reader's function must leave x alone
+    with torch.no_grad(), calls_to(block) as called:  # the block called
+        call = attempt(fn, block, given, explain=explain)
+    if call.verdict is not None:
+        return call, call.verdict
+    if called:
+        return call, named["whole_block"].verdict(call.label)
+    if not torch.equal(given, x):
+        return call, named["in_place"].verdict(call.label)
+    if isinstance(call.value, tuple):
+        return call, pair(call.label)
+    return call, None
+
+
 def check_pre_norm(
     fn: Callable[[TransformerBlock, torch.Tensor], torch.Tensor],
 ) -> Verdict:
@@ -464,19 +484,12 @@ def check_pre_norm(
         block = _test_block(d_model, heads, 120 + length, generator,
                             activation)
         x = torch.randn(batch, length, d_model, generator=generator) * 3
-        given = x.clone()  # the reader's function must leave x alone
         with torch.no_grad():
             expected, _ = block(x)
-            with calls_to(block) as called:  # the block itself called
-                call = attempt(fn, block, given, explain=_explain)
-        if call.verdict is not None:
-            return call.verdict
-        if called:
-            return PRE_NORM["whole_block"].verdict(call.label)
-        if not torch.equal(given, x):
-            return PRE_NORM["in_place"].verdict(call.label)
-        if isinstance(call.value, tuple):
-            return PRE_NORM["pair"].verdict(call.label)
+        call, refusal = _run_on_block(fn, block, x, _explain, PRE_NORM,
+                                      PRE_NORM["pair"].verdict)
+        if refusal is not None:
+            return refusal
         problem = check_tensor(
             call.label, call.value, expected, axes="(B, L, d_model)",
             mistakes=[(PRE_NORM[how.rstrip("12")],
@@ -845,20 +858,14 @@ def check_parallel_block(
     for batch, length, d_model, heads in ((2, 5, 8, 4), (1, 3, 6, 2)):
         block = _test_block(d_model, heads, 140 + length, generator)
         x = torch.randn(batch, length, d_model, generator=generator) * 3
-        given = x.clone()
         with torch.no_grad():
             expected = _parallel_forward(block, x)
-            with calls_to(block) as called:  # the block itself called
-                call = attempt(fn, block, given, explain=_explain_parallel)
-        if call.verdict is not None:
-            return call.verdict
-        if called:
-            return PARALLEL["whole_block"].verdict(call.label)
-        if not torch.equal(given, x):
-            return PARALLEL["in_place"].verdict(call.label)
-        if isinstance(call.value, tuple):
-            return Verdict(False, f"{call.label}: return the block's "
-                                  "output tensor only")
+        call, refusal = _run_on_block(
+            fn, block, x, _explain_parallel, PARALLEL,
+            lambda label: Verdict(False, f"{label}: return the block's "
+                                         "output tensor only"))
+        if refusal is not None:
+            return refusal
         problem = check_tensor(
             call.label, call.value, expected, axes="(B, L, d_model)",
             mistakes=[(PARALLEL[how], partial(_parallel_forward, block, x,
