@@ -803,7 +803,8 @@ def block(s: Shapes) -> Svg:
         "through multi-head attention, is added to x, then LayerNorm; then the "
         "feed-forward network, added to its input, then LayerNorm. In both, dropout acts "
         "on each sublayer's output just before it is added. A pre-norm stack ends with "
-        "one final LayerNorm after its last block (dashed). The feed-forward "
+        "one final LayerNorm after its last block (dashed). A bracket marked "
+        "\u00d7 N beside each block says that a model stacks N of them. The feed-forward "
         f"network is Linear {s.d_model} to {s.d_ff}, an activation, Linear {s.d_ff} to "
         f"{s.d_model}; its hidden shape is {hid}.")
     svg = Svg(620, "The transformer block: pre-norm and post-norm", desc)
@@ -816,7 +817,12 @@ def block(s: Shapes) -> Svg:
         svg.text(mid, 52, f"x  {x_shape}", size=14, family=MONO)
         y = 58
         branch = y
+        top = bottom = None  # the span of one block, bracketed "× N"
         for step in order:
+            if step == "branch" and top is None:
+                top = y
+            if step == "LNf":
+                bottom = y
             if step == "branch":  # the residual leaves the main line here
                 svg.line(mid, y, mid, y + 8, arrow=False)
                 y += 8
@@ -854,6 +860,12 @@ def block(s: Shapes) -> Svg:
                     svg.text(mid, y + 41 + 21 * k, label, size=13.5,
                              weight="bold" if k == 0 else "normal")
                 y += 94
+        bottom = y if bottom is None else bottom
+        left = mid - w / 2 - 22  # the stack: N such blocks, one after another
+        svg.path(f"M {left + 8:g} {top:g} H {left:g} V {bottom:g} H {left + 8:g}",
+                 arrow=False, width=1.2)
+        svg.text(left - 4, (top + bottom) / 2 + 5, "\u00d7 N", size=14, anchor="end",
+                 weight="bold")
         svg.line(mid, y, mid, y + 20)
         svg.text(mid, y + 36, f"output  {x_shape}", size=14, family=MONO)
 
