@@ -1607,6 +1607,94 @@ def window_cache(w: WindowPicture) -> Svg:
     return svg
 
 
+@dataclass(frozen=True)
+class ChunkPicture:
+    """Mistral's rolling buffer fed a prompt in chunks: what each chunk reads, then writes."""
+
+    window: int
+    steps: tuple  # per chunk: (held before, chunk positions, mask rows, held after)
+
+
+def chunk_picture(length: int = 6, window: int = 3, chunk: int = 3) -> ChunkPicture:
+    """The bookkeeping of chapter 17's ``rolling_buffer_attention``: each chunk attends to
+    [ring ; chunk] under the window mask at the positions the slots hold (-W: empty),
+    then writes its last W tokens to slots t mod W. Each chunk's mask must be
+    ``sliding_window_mask``'s rows at those positions."""
+    import mha_lib
+
+    full = mha_lib.sliding_window_mask(length, window)
+    held = [-window] * window
+    steps = []
+    for s in range(0, length, chunk):
+        pos = list(range(s, min(s + chunk, length)))
+        keys = held + pos
+        rows = tuple(tuple(0 <= p - k < window for k in keys) for p in pos)
+        want = tuple(tuple(k >= 0 and bool(full[p, k]) for k in keys) for p in pos)
+        if rows != want:
+            raise RuntimeError(f"chunk at {s}: the mask is not the window's rows")
+        after = list(held)
+        for t in pos[-window:]:
+            after[t % window] = t
+        steps.append((tuple(held), tuple(pos), rows, tuple(after)))
+        held = after
+    return ChunkPicture(window, tuple(steps))
+
+
+def chunk_prefill(c: ChunkPicture) -> Svg:
+    W = c.window
+    desc = (f"The ring of W = {W} slots fed the running example's 6 tokens in two chunks of "
+            f"{W}. Each chunk first reads: its queries attend to the keys [ring ; chunk] "
+            "under the window mask of the positions the slots hold (empty slots are masked "
+            "off). Then it writes its last W tokens into slots t mod W. In the second chunk, "
+            "query 3 reads keys 1 and 2 from the ring, which the write of tokens 4 and 5 "
+            "then overwrites: written first, they would be lost.")
+    svg = Svg(345, "A prompt fed to the ring in two chunks: read, then write", desc)
+    svg.text(WIDTH / 2, 26, f"Two chunks of {W} through a ring of W = {W}: read, then write",
+             size=16, weight="bold")
+    cw, ch = 40, 30
+    for k, (held, pos, rows, after) in enumerate(c.steps):
+        x0 = 70 + k * 370
+        svg.text(x0 + W * cw, 58, f"chunk {k + 1}: tokens {pos[0]} to {pos[-1]}", size=15,
+                 weight="bold")
+        svg.text(x0 - 8, 82, "1. read", size=15, anchor="end", weight="bold")
+        svg.text(x0 + W * cw / 2, 82, "ring", size=15, fill=MUTED)
+        svg.text(x0 + W * cw * 1.5, 82, "chunk", size=15, fill=MUTED)
+        keys = held + pos
+        for j, key in enumerate(keys):  # the keys row, [ring ; chunk]
+            x, y = x0 + j * cw, 92
+            empty = key < 0
+            svg.rect(x + 2, y + 2, cw - 4, ch - 4, fill="#ffffff" if empty else
+                     (BOX if j < W else HOT), stroke=HOT_EDGE if j >= W else BOX_EDGE,
+                     rx=3, dash="3 2" if empty else None)
+            svg.text(x + cw / 2, y + ch / 2 + 6, "\u2013" if empty else str(key), size=15,
+                     family=MONO, fill=FADED if empty else INK)
+        for i, (p, row) in enumerate(zip(pos, rows)):  # the mask, one row per query
+            y = 130 + i * ch
+            svg.text(x0 - 8, y + ch / 2 + 5, f"query {p}", size=14, fill=MUTED, anchor="end")
+            for j, ok in enumerate(row):
+                svg.rect(x0 + j * cw, y, cw, ch, fill=ACCENT if ok else "#ffffff",
+                         stroke=ACCENT_EDGE if ok else BOX_EDGE, rx=0, width=0.8)
+        y = 130 + len(pos) * ch + 22
+        svg.text(x0 - 8, y + ch / 2 + 5, "2. write", size=15, anchor="end", weight="bold")
+        for i, key in enumerate(after):  # the ring after the write
+            x = x0 + i * cw
+            new = key != held[i]
+            svg.rect(x + 2, y + 2, cw - 4, ch - 4, fill=HOT if new else BOX,
+                     stroke=HOT_EDGE if new else BOX_EDGE, rx=3, width=1.6 if new else 1)
+            svg.text(x + cw / 2, y + ch / 2 + 6, str(key), size=15, family=MONO)
+        svg.text(x0 + W * cw + 10, y + ch / 2 + 5, f"the ring after: slot t mod {W}", size=14,
+                 fill=MUTED, anchor="start")
+    ly = 312
+    for k, (fill, edge, label) in enumerate(((ACCENT, ACCENT_EDGE, "may attend"),
+                                             (HOT, HOT_EDGE, "the chunk's tokens"),
+                                             ("#ffffff", BOX_EDGE, "empty slot"))):
+        x = 70 + k * 210
+        svg.rect(x, ly - 13, 15, 15, fill=fill, stroke=edge, rx=2,
+                 dash="3 2" if label == "empty slot" else None)
+        svg.text(x + 22, ly, label, size=15, anchor="start")
+    return svg
+
+
 # --- (i) multi-head latent attention, chapter 18 -------------------------------------------------
 
 @dataclass(frozen=True)
@@ -1848,6 +1936,7 @@ def figures() -> dict[str, str]:
            "gqa.svg": gqa([grouping(4), grouping(2), grouping(1)]).render(),
            "rope_pairs.svg": rope(rotary_picture()).render(),
            "window_cache.svg": window_cache(window_picture()).render(),
+           "chunk_prefill.svg": chunk_prefill(chunk_picture()).render(),
            "latent.svg": latent_attention(latent_picture()).render()}
     for chapter in CHAPTERS:
         out[f"strip_{chapter:02d}.svg"] = strip(chapter, s).render()
