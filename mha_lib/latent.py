@@ -24,7 +24,7 @@ from mha_lib._checks import (
     check_positive_int,
     check_tensor,
 )
-from mha_lib.attention import scaled_dot_product_attention
+from mha_lib.attention import masked_softmax, scaled_dot_product_attention
 from mha_lib.cache import KVCache, LayerCache, as_layer_cache
 from mha_lib.heads import merge_heads, split_heads
 from mha_lib.mha import (
@@ -227,35 +227,89 @@ class MultiHeadLatentAttention(nn.Module):
                   scale: float, layer: LayerCache | None
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attention over the latents: ``q_h . W_uk[h] c = (W_uk[h]^T q_h)
-        . c``, and ``sum_j w_j W_uv[h] c_j = W_uv[h] sum_j w_j c_j``.
-        Returns ``(B, H, Lq, D)`` and the weights."""
+        . c``, and ``sum_j w_j W_uv[h] c_j = W_uv[h] sum_j w_j c_j``. The
+        cached latents and rotary keys are read where they lie (no copy of
+        the cache). Returns ``(B, H, Lq, D)`` and the weights."""
         w_uk, w_uv = self._up_matrices(latent, layer)  # (H, D, C + 1) each
-        # [c, 1, k_r]: the 1 carries a bias of k_up or v_up (none by
-        # default; a wrapper or hook may add one) into the scores and
-        # outputs. Zeros pad [c, 1] and the keys to widths divisible by 8,
-        # which PyTorch's fused GPU kernels need in 16 bits; a zero adds
-        # nothing to a score or a sum.
-        width = self.kv_latent_dim + 1
-        pad_v = (-width) % 8
-        pad_k = (-(width + pad_v + self.rope_dim)) % 8
-        one = torch.ones_like(latent[..., :1])  # (B, 1, Lk, 1)
-        zeros = latent.new_zeros(*latent.shape[:-1], pad_v + pad_k)
-        # [c, 1, 0, k_r, 0]: (B, 1, Lk, C + 1 + R + pads), a copy of the
-        # cache at every call (SDPA takes one key tensor)
-        keys = torch.cat([latent, one, zeros[..., :pad_v], k_rope,
-                          zeros[..., pad_v:]], dim=-1)
-        values = keys[..., :width + pad_v]  # [c, 1, 0]
-        # (B, H, Lq, D) @ (H, D, C + 1) -> (B, H, Lq, C + 1): keys'
-        # up-projection moved to the query side
-        q_zeros = q.new_zeros(*q.shape[:-1], pad_v + pad_k)
-        queries = torch.cat([q @ w_uk, q_zeros[..., :pad_v], q_rope,
-                             q_zeros[..., pad_v:]], dim=-1)
-        # One key/value "head" shared by all H heads:
-        out, weights = self._attend(queries, keys, values, mask,
-                                    need_weights, scale)  # [c, 1, 0] sums
-        # (B, H, Lq, C + 1) @ (H, C + 1, D) -> (B, H, Lq, D): values'
-        # up-projection
-        return out[..., :width] @ w_uv.transpose(1, 2), weights
+        size = self.kv_latent_dim
+        # (B, H, Lq, D) @ (H, D, C) -> (B, H, Lq, C): keys' up-projection
+        # moved to the query side. k_up's bias (column C) adds q . b_k to
+        # every key of a row alike, which the softmax cancels.
+        q_lat = q @ w_uk[..., :size]
+        # The rotary scores (B, H, Lq, Lk), over the cache's rotary keys:
+        rotary = self._shared_scores(q_rope, k_rope)
+        if need_weights:
+            scores = (self._shared_scores(q_lat, latent) + rotary) * scale
+            weights = masked_softmax(scores, mask).to(q.dtype)
+            weights = self.attn_dropout(weights)  # (B, H, Lq, Lk)
+            total = weights.sum(dim=-1, keepdim=True)  # 1, or 0: empty row
+            out = self._shared_sum(weights, latent)  # (B, H, Lq, C)
+        else:
+            out, total = self._fused_over_latents(q_lat, latent,
+                                                  rotary * scale, mask,
+                                                  scale)
+            weights = None
+        # (B, H, Lq, C) @ (H, C, D) -> (B, H, Lq, D): values'
+        # up-projection; v_up's bias counts once per unit of weight.
+        return (out @ w_uv[..., :size].transpose(1, 2)
+                + total * w_uv[..., size][:, None]), weights
+
+    def _shared_scores(self, q: torch.Tensor, k: torch.Tensor
+                       ) -> torch.Tensor:
+        """``q`` ``(B, H, Lq, E)`` against the one shared key head ``k``
+        ``(B, 1, Lk, E)`` (a view of the cache, read in place): the H
+        heads' queries as rows of one matmul, no broadcast copy of ``k``.
+        Half inputs are multiplied in float32. Returns ``(B, H, Lq, Lk)``
+        in float32 for half inputs, else in their dtype."""
+        heads = q.size(1)
+        if q.dtype in (torch.float16, torch.bfloat16):
+            q, k = q.float(), k.float()
+        rows = q.flatten(1, 2).unsqueeze(1)  # (B, 1, H * Lq, E)
+        return (rows @ k.mT).unflatten(2, (heads, -1)).squeeze(1)
+
+    @staticmethod
+    def _shared_sum(weights: torch.Tensor, latent: torch.Tensor
+                    ) -> torch.Tensor:
+        """``weights`` ``(B, H, Lq, Lk)`` times the cached latents
+        ``(B, 1, Lk, C)`` (read in place): ``(B, H, Lq, C)``."""
+        heads = weights.size(1)
+        rows = weights.flatten(1, 2).unsqueeze(1)  # (B, 1, H * Lq, Lk)
+        return (rows @ latent).unflatten(2, (heads, -1)).squeeze(1)
+
+    def _fused_over_latents(self, q_lat: torch.Tensor, latent: torch.Tensor,
+                            rotary: torch.Tensor, mask: torch.Tensor | None,
+                            scale: float
+                            ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``F.scaled_dot_product_attention`` with the latents as keys and
+        values and the scaled rotary scores added as a float mask (the
+        user's mask merged in). Returns the weighted latents
+        ``(B, H, Lq, C)`` and each row's weight sum ``(B, H, Lq, 1)``."""
+        bias = rotary.to(q_lat.dtype)  # (B, H, Lq, Lk)
+        if mask is not None:
+            bias = (bias.masked_fill(~mask, float("-inf"))
+                    if mask.dtype == torch.bool else bias + mask)
+        # 1 on a row that attends to something, 0 on an empty one:
+        total = (bias > float("-inf")).any(dim=-1, keepdim=True)
+        size = self.kv_latent_dim
+        keys = values = latent  # (B, 1, Lk, C), the cache itself
+        dropping = self.training and self.attn_dropout.p > 0
+        # PyTorch's fused GPU kernels need widths divisible by 8 in 16
+        # bits: zeros pad them (a copy of the latents, only then). With
+        # dropout, a column of ones gives each row its kept weight.
+        pad = (-size) % 8
+        if pad:
+            q_lat = torch.cat([q_lat, q_lat.new_zeros(
+                *q_lat.shape[:-1], pad)], dim=-1)
+            keys = values = torch.cat([latent, latent.new_zeros(
+                *latent.shape[:-1], pad)], dim=-1)
+        if dropping:
+            one = torch.ones_like(latent[..., :1])  # (B, 1, Lk, 1)
+            values = torch.cat([latent, one, latent.new_zeros(
+                *latent.shape[:-1], (-(size + 1)) % 8)], dim=-1)
+        out, _ = self._attend(q_lat, keys, values, bias, False, scale)
+        if dropping:
+            return out[..., :size], out[..., size:size + 1]
+        return out[..., :size], total.to(out.dtype)
 
     def _up_matrices(self, latent: torch.Tensor, layer: LayerCache | None
                      ) -> tuple[torch.Tensor, torch.Tensor]:

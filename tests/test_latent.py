@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.utils.prune
+from torch.overrides import TorchFunctionMode
 
 from mha_lib import (
     KVCache,
@@ -421,3 +422,48 @@ def test_absorbed_form_hands_the_kernel_widths_divisible_by_8(latent_dim: int,
     with torch.no_grad():
         explicit, _ = mla(x, is_causal=True, need_weights=False)
     torch.testing.assert_close(absorbed, explicit, atol=1e-5, rtol=1e-5)
+
+
+class _BigTensors(TorchFunctionMode):
+    """Records the shape of every tensor a torch function returns with at least
+    `size` numbers and its own storage (a view of the cache is not counted)."""
+
+    def __init__(self, size, storages):
+        super().__init__()
+        self.size, self.storages, self.made = size, storages, []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if (isinstance(t, torch.Tensor) and t.numel() >= self.size
+                    and t.untyped_storage().data_ptr() not in self.storages):
+                self.made.append((getattr(func, "__name__", str(func)),
+                                  tuple(t.shape)))
+        return out
+
+
+@param("need_weights", [True, False])
+def test_absorbed_decode_step_reads_the_cache_in_place(need_weights):
+    """A cached absorbed decoding step makes no tensor as large as the cached latents:
+    it reads the latents and rotary keys where the cache keeps them, instead of
+    concatenating them into one key tensor at every step (a copy of the whole cache
+    per token). The explicit form, which rebuilds every head's keys, does make one."""
+    torch.manual_seed(3)
+    m = MultiHeadLatentAttention(32, 4, kv_latent_dim=32, rope_dim=4).eval()
+    x = torch.randn(2, 43, 32)
+    for absorb in (True, False):
+        cache = KVCache()
+        with torch.no_grad():
+            m(x[:, :40], is_causal=True, cache=cache, absorb=absorb)
+            m(x[:, 40:41], cache=cache, absorb=absorb)  # the storage grows here
+            latents = cache.values[0]  # (2, 1, 41, 32)
+            storages = {t.untyped_storage().data_ptr()
+                        for t in (cache.keys[0], latents)}
+            with _BigTensors(latents.numel(), storages) as watch:
+                out, _ = m(x[:, 41:42], cache=cache, absorb=absorb,
+                           need_weights=need_weights)
+        assert cache.values[0].untyped_storage().data_ptr() in storages  # no regrowth
+        if absorb:
+            assert watch.made == [], watch.made
+        else:
+            assert watch.made, "the explicit form rebuilds (2, 4, 42, 8) keys"
