@@ -5927,6 +5927,14 @@ WRONG["check_bpe_split"]["marker_inside"] = lambda: (["b", "ug</w>", "s"],)
 WRONG["check_byte_ids"]["latin1/replace"] = lambda: (
     lambda text: list(text.encode("latin-1", errors="replace")),)
 
+# --- chapter 1: round 62 ---
+# Exercise 1.3: the whole word "bugs" as one piece (with or without its
+# "</w>") got the "bug is no piece" hint; no merge makes "bugs" at all.
+WRONG["check_bpe_split"].update({
+    "whole_word_unmade": lambda: (["bugs</w>"],),
+    "whole_word_unmade/marker_apart": lambda: (["bugs", "</w>"],),
+})
+
 
 # --- chapter 12: the FFN added to x, ReLU and norm2 in the parallel block
 # (round 58) ---

@@ -604,6 +604,10 @@ SPLIT = catalogue(
     marker_inside=("\"</w>\" marks the end of the word, so only the "
                    "last piece can hold it: \"ug</w>\" cannot come "
                    "before \"s\"", SECTION),
+    whole_word_unmade=("no merge makes \"bugs\" one piece: the three "
+                       "merges make only \"ug\", \"ug</w>\" and "
+                       "\"bug</w>\", so bugs stays several pieces",
+                       SECTION),
     unmerged=("apply the merges in order: the first, (\"u\", \"g\"), "
               "joins the u and g of bugs", SECTION),
     unmade_piece=("no merge makes that piece: a merged piece such as "
@@ -766,6 +770,8 @@ def check_bpe_split(pieces: list[str] | Callable) -> Verdict:
     if pieces == want:
         return Verdict(True, f"{' '.join(pieces)}: ('b', 'ug</w>') "
                              f"joins only a bug at a word's end")
+    if any(p.startswith("bugs") for p in pieces):
+        return SPLIT["whole_word_unmade"].verdict("pieces")
     if any(p.startswith("bug") for p in pieces):
         return SPLIT["whole_word"].verdict("pieces")
     if any("</w>" in p for p in pieces[:-1]):
