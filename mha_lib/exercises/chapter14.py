@@ -308,7 +308,7 @@ def check_expand_kv(
             True, "right values, built another way (repeat_interleave or "
                   "heads picked by number); now try Hugging Face's "
                   "repeat_kv construction: unsqueeze, expand, reshape. "
-                  "Every way returns a copy of the heads")
+                  "With g > 1 every way copies the heads")
     return Verdict(
         True, "key/value head j serves the query heads j*g to "
               "(j+1)*g - 1, with g = H // H_kv: copies of one head "
