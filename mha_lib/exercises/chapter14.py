@@ -766,7 +766,8 @@ def check_shared_kv_attention(fn: Callable[..., torch.Tensor]) -> Verdict:
                 (SHARED["no_mask"], _shared_reference(q, k, v, None)),
                 (SHARED["unscaled"],
                  _shared_reference(q, k, v, mask, scale=1.0)),
-                (SHARED["top_left"], _shared_reference(q, k, v, "top_left")),
+                (SHARED["top_left"],
+                 _shared_reference(q, k, v, "top_left")),
                 (SHARED["top_left"],
                  _shared_reference(q, k, v, "is_causal")),
             ])
