@@ -5729,6 +5729,29 @@ def test_chapter14_shared_kv_with_enable_gqa_is_not_told_about_a_reshape():
         "check_shared_kv_attention"][-1]())
     assert verdict and "enable_gqa" in verdict.message, verdict.message
 
+# Exercise 14.5 (round 62): a top-left mask, the classic alignment bug,
+# named: the given mask ignored and rebuilt with tril (repeated to the
+# stacked rows), or SDPA's is_causal=True on the stacked rows.
+
+
+def _shared_top_left(q, k, v, mask, is_causal=False):
+    B, H, Lq, D = q.shape  # noqa: N806
+    g = H // k.size(1)
+    rows = q.reshape(B, k.size(1), g * Lq, D)
+    if is_causal:
+        out = F.scaled_dot_product_attention(rows, k, v, is_causal=True)
+    else:
+        tril = torch.ones(Lq, k.size(2), dtype=torch.bool).tril()
+        out = F.scaled_dot_product_attention(rows, k, v,
+                                             attn_mask=tril.repeat(g, 1))
+    return out.reshape(B, H, Lq, D)
+
+
+WRONG["check_shared_kv_attention"]["top_left"] = lambda: (
+    _shared_top_left,)
+WRONG["check_shared_kv_attention"]["top_left/is_causal"] = lambda: (
+    lambda q, k, v, m: _shared_top_left(q, k, v, m, is_causal=True),)
+
 # --- chapter 17: more planted mistakes (round 56) ---
 # Exercise 17.5: held lists only the slots written so far; a ring of W - 1
 # slots is named as the read-then-write ring it is. Exercise 17.1: the

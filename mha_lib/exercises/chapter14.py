@@ -308,7 +308,7 @@ def check_expand_kv(
             True, "right values, built another way (repeat_interleave or "
                   "heads picked by number); now try Hugging Face's "
                   "repeat_kv construction: unsqueeze, expand, reshape. "
-                  "Every way returns a copy of the heads")
+                  "With g > 1 every way copies the heads")
     return Verdict(
         True, "key/value head j serves the query heads j*g to "
               "(j+1)*g - 1, with g = H // H_kv: copies of one head "
@@ -619,6 +619,11 @@ SHARED = catalogue(
            "query heads 0 to g - 1 share key/value head 0, and the "
            "exercise asks for no copies at all: reshape q to (B, H_kv, "
            "g * Lq, D)", _GQA),
+    top_left=("the mask is aligned top-left (tril, or SDPA's "
+              "is_causal=True): the Lq new queries come after Lk - Lq "
+              "cached keys, so query i sees keys up to Lk - Lq + i. Use "
+              "the bottom-right mask you are given, repeated to the "
+              "stacked rows, mask.repeat(g, 1)", _ALIGN),
 )
 
 _COPY = (torch.repeat_interleave, torch.Tensor.repeat_interleave,
@@ -708,6 +713,13 @@ def _explain_shared(error: BaseException, record) -> object:
 def _shared_reference(q, k, v, mask, scale=None, interleave=False,
                       mask_by_row=False):
     g = q.size(1) // k.size(1)
+    if isinstance(mask, str):  # "top_left" or "is_causal": tril
+        B, H, Lq, D = q.shape  # noqa: N806
+        rows = q.reshape(B, k.size(1), g * Lq, D)
+        tril = torch.ones(Lq if mask == "top_left" else g * Lq, k.size(2),
+                          dtype=torch.bool).tril()
+        tril = tril.repeat(g, 1) if mask == "top_left" else tril
+        return _reference_step(rows, k, v, tril).reshape(q.shape)
     if interleave:
         k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
         return _reference_step(q, k, v, mask, scale)
@@ -754,6 +766,10 @@ def check_shared_kv_attention(fn: Callable[..., torch.Tensor]) -> Verdict:
                 (SHARED["no_mask"], _shared_reference(q, k, v, None)),
                 (SHARED["unscaled"],
                  _shared_reference(q, k, v, mask, scale=1.0)),
+                (SHARED["top_left"],
+                 _shared_reference(q, k, v, "top_left")),
+                (SHARED["top_left"],
+                 _shared_reference(q, k, v, "is_causal")),
             ])
         if problem is not None:
             if SHARED["interleaved"].message in problem.message and any(
