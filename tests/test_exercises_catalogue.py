@@ -5818,6 +5818,11 @@ WRONG["check_reach_inputs"] = {
     "unclamped": lambda: (lambda s, w, n: _reach(s, w, n, clamp=False),),
 }
 
+# Round 62: an answer that starts at length - k W (W back per layer and
+# the -1 of the last position dropped) is named, not just counted.
+WRONG["check_reach_inputs"]["length_minus_kw"] = lambda: (
+    lambda s, w, n: _reach(s, w, n, per_layer=w, extra=1),)
+
 # --- chapter 18: more planted mistakes (round 56) ---
 # Exercise 18.4: one einsum over the query, the latents and W_uk leaves
 # the order of the products to einsum (it may rebuild the keys); the

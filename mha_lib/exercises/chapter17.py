@@ -760,6 +760,10 @@ REACH = catalogue(
                  "length - 1 - k (W - 1), not one later", _WINDOW),
     unclamped=("negative positions: when the reach goes past the start, "
                "the first input reached is 0 (max(0, ...))", _WINDOW),
+    length_minus_kw=("a start at length - k W mixes two counts: it takes "
+                     "W back per layer and drops the - 1 of the last "
+                     "position, length - 1; a layer reaches W - 1 back, so "
+                     "the first input is length - 1 - k (W - 1)", _WINDOW),
 )
 
 
@@ -814,7 +818,9 @@ def check_reach_inputs(
                 (REACH["one_too_few"],
                  _reach_list(length, layers * (window - 1) - 1)),
                 (REACH["unclamped"],
-                 _reach_list(length, layers * (window - 1), clamp=False))]
+                 _reach_list(length, layers * (window - 1), clamp=False)),
+                (REACH["length_minus_kw"],
+                 _reach_list(length, layers * window - 1))]
         for mistake, wrong in mistakes:
             if given == wrong:
                 return mistake.verdict(made.label)
