@@ -55,10 +55,10 @@ class MultiHeadLatentAttention(nn.Module):
     The rotary parts use :func:`~mha_lib.apply_rotary`'s "rotate half"
     layout by default: features ``i`` and ``i + R/2`` form a pair.
     DeepSeek's released weights pair adjacent features ``2i`` and
-    ``2i + 1`` (chapter 18 shows the code that reads them): run them with
-    ``interleaved=True``, or permute the output rows of ``q_rope_proj``
-    and ``k_rope_proj`` as chapter 16 shows. Every layer is called, never
-    its weights read, on both paths and in both forms (``absorb``).
+    ``2i + 1``: run them with ``interleaved=True``, or permute the output
+    rows of ``q_rope_proj`` and ``k_rope_proj`` as chapter 16 shows. Every
+    layer is called, never its weights read, on both paths and in both
+    forms (``absorb``).
     Derived in chapter 18.
 
     Args:
