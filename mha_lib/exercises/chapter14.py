@@ -164,8 +164,8 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                 f"{call.label}[{i}]", call.value[i], free // unit,
                 mistakes=[
                     (FITS["no_weights"], 80 * 2**30 // unit),
-                    *((FITS["rounded_weights"],
-                       (80 - gib) * 2**30 // unit) for gib in (12.6, 12.55)),
+                    *((FITS["rounded_weights"], (80 - gib) * 2**30 // unit)
+                      for gib in (12.6, 12.55)),
                     (FITS["gb"], (80 * 10**9 - weights) // unit),
                     (FITS["gb"], 80 * 10**9 // unit),
                     (FITS["rounded_up"], -(-free // unit)),
