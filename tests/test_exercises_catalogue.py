@@ -5752,6 +5752,24 @@ WRONG["check_shared_kv_attention"]["top_left"] = lambda: (
 WRONG["check_shared_kv_attention"]["top_left/is_causal"] = lambda: (
     lambda q, k, v, m: _shared_top_left(q, k, v, m, is_causal=True),)
 
+# --- chapter 14: round 64 ---
+# Exercise 14.1, second half: the weights taken as the rounded 12.6 GiB the
+# page prints (or 12.55), not the exact 2 x params bytes: under 1 % too few.
+
+def _fits_rounded_weights(gib):
+    def fits(num_kv_heads):
+        free = (80 - gib) * 2**30
+        sequence = 2 * 32 * num_kv_heads * 128 * 4096 * 2
+        position = 2 * 32 * num_kv_heads * 128 * 32 * 2
+        return int(free // sequence), int(free // position)
+    return fits
+
+
+WRONG["check_cache_capacity"]["rounded_weights"] = lambda: (
+    _fits_rounded_weights(12.6),)
+WRONG["check_cache_capacity"]["rounded_weights/12.55"] = lambda: (
+    _fits_rounded_weights(12.55),)
+
 # --- chapter 17: more planted mistakes (round 56) ---
 # Exercise 17.5: held lists only the slots written so far; a ring of W - 1
 # slots is named as the read-then-write ring it is. Exercise 17.1: the

@@ -120,6 +120,9 @@ FITS = catalogue(
                  "the 7B-like model is float16, 2 bytes: 2 x params "
                  "bytes of weights and bytes_per_number=2 in the cache",
                  _SIZE),
+    rounded_weights=("that takes the weights as the rounded 12.6 GiB: use "
+                     "the exact 2 x params bytes, not the rounded GiB",
+                     _SIZE),
 )
 
 
@@ -161,6 +164,8 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                 f"{call.label}[{i}]", call.value[i], free // unit,
                 mistakes=[
                     (FITS["no_weights"], 80 * 2**30 // unit),
+                    *((FITS["rounded_weights"], (80 - gib) * 2**30 // unit)
+                      for gib in (12.6, 12.55)),
                     (FITS["gb"], (80 * 10**9 - weights) // unit),
                     (FITS["gb"], 80 * 10**9 // unit),
                     (FITS["rounded_up"], -(-free // unit)),
