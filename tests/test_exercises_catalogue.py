@@ -6053,3 +6053,45 @@ for _name, _how in (("position_off_by_one/previous", "previous"),
     WRONG["check_absorbed_step"][_name] = (
         lambda how=_how: (
             lambda m, x, c, k_r: _step18_more(m, x, c, k_r, how),))
+
+
+# Exercise 18.6, round 64: keys and values rebuilt by hand from
+# m.k_up.weight / m.v_up.weight (no call of the modules shows them), with
+# @ or with F.linear, and values rebuilt by hand (weights applied before
+# the weighted sum) are the explicit form and named as such.
+def _step18_by_hand(m, x, c, k_r, how):
+    heads, pos = m.num_heads, torch.tensor([c.size(1)])
+    q = mha_lib.split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
+    q_r = apply_rotary(mha_lib.split_heads(m.q_rope_proj(x), heads), pos)
+    c = torch.cat([c, m.kv_down(x)], 1)  # (B, L + 1, C)
+    k_r = torch.cat([k_r, apply_rotary(m.k_rope_proj(x), pos)], 1)
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    w_uv = m.v_up.weight.unflatten(0, (heads, -1))
+    if how == "values":  # keys absorbed, values rebuilt
+        s = (q @ w_uk) @ c[:, None].mT + q_r @ k_r[:, None].mT
+        v = c[:, None] @ w_uv.mT  # (B, H, L + 1, D)
+    else:
+        up = ((lambda t, w: F.linear(t, w)) if how == "linear"
+              else (lambda t, w: t @ w.T))
+        k = mha_lib.split_heads(up(c, m.k_up.weight), heads)
+        v = mha_lib.split_heads(up(c, m.v_up.weight), heads)
+        s = q @ k.mT + q_r @ k_r[:, None].mT
+    w = (s / (m.head_dim + m.rope_dim) ** 0.5).softmax(-1)
+    return m.out_proj(mha_lib.merge_heads(w @ v))
+
+
+for _name, _how in (("rebuilt_keys/by_hand", "keys"),
+                    ("rebuilt_keys/linear", "linear"),
+                    ("rebuilt_values/by_hand", "values")):
+    WRONG["check_absorbed_step"][_name] = (
+        lambda how=_how: (
+            lambda m, x, c, k_r: _step18_by_hand(m, x, c, k_r, how),))
+
+
+def test_chapter18_round64_step_rebuilt_by_hand_is_named():
+    for name in ("rebuilt_keys/by_hand", "rebuilt_keys/linear",
+                 "rebuilt_values/by_hand"):
+        verdict = _check("check_absorbed_step",
+                         WRONG["check_absorbed_step"][name]())
+        assert not verdict, (name, verdict.message)
+        assert "by hand" in verdict.message, (name, verdict.message)

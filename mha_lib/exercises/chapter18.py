@@ -651,12 +651,14 @@ STEP = catalogue(
     scale_d=("the scores are scaled by 1/sqrt(D + R), the width of the "
              "explicit form's whole query, not by 1/sqrt(D)", _ABSORBED),
     rebuilt_keys=("that rebuilds every head's keys from the latents "
-                  "(m.k_up on them): the explicit form. The absorbed step "
+                  "(m.k_up on them, or by hand with m.k_up.weight): the "
+                  "explicit form. The absorbed step "
                   "rebuilds none: multiply each head's query by its "
                   "W_uk[h] (exercise 18.1) and score it against the "
                   "latents", _ABSORBED),
     rebuilt_values=("that rebuilds every head's values from the latents "
-                    "(m.v_up on them) before the weighted sum: the "
+                    "(m.v_up on them, or by hand with m.v_up.weight) "
+                    "before the weighted sum: the "
                     "explicit form. The absorbed step sums the latents "
                     "with the weights first, (B, H, 1, C), then applies "
                     "each head's W_uv[h]", _ABSORBED),
@@ -728,7 +730,9 @@ def check_absorbed_step(
     ``(B, 1, d_model)`` after ``L`` cached tokens, whose latents ``c``
     ``(B, L, C)`` and rotated rotary keys ``k_r`` ``(B, L, R)`` a
     ``KVCache`` holds; checked against ``m(x, cache=..., absorb=True)``.
-    Keys rebuilt with ``m.k_up`` are refused."""
+    Keys or values rebuilt are refused: a call of ``m.k_up`` or ``m.v_up``
+    on the latents, or the keys or values themselves (``c @
+    m.k_up.weight.T``) in the reader's code, as in exercise 18.4."""
     generator = torch.Generator().manual_seed(21)
     for d_model, heads, latent, rope, head_dim, length in (
             (8, 2, 4, 2, 4, 3), (12, 3, 6, 4, 2, 5)):
@@ -759,6 +763,12 @@ def check_absorbed_step(
         if called_v:
             return STEP["rebuilt_values"].verdict(call.label)
         with torch.no_grad():
+            every = torch.cat([c, m.kv_down(x)], 1)  # (B, L + 1, C)
+            for up, name in ((m.k_up, "rebuilt_keys"),
+                             (m.v_up, "rebuilt_values")):
+                if _rebuilt_by_hand(call.record,
+                                    split_heads(up(every), heads)):
+                    return STEP[name].verdict(call.label)
             step = partial(_step, m, x, c, k_r)
             problem = check_tensor(
                 call.label, call.value, expected, axes="(B, 1, d_model)",
