@@ -799,56 +799,56 @@ def check_bpe_split(pieces: list[str] | Callable) -> Verdict:
 
 PAD_SCORES = catalogue(
     "check_pad_scores", 1,
-    one_side=("that counts a pad on one side only: a pad takes part as a "
-              "query (its row of scores) and as a key (its column); "
-              "count both, and the scores between two pads once",
+    one_side=("that counts a pad on one side only: a pad is first in the "
+              "pairs of its row and second in those of its column; "
+              "count both, and the pairs of two pads once",
               "Padding sentences of different lengths"),
-    pad_pad_twice=("the scores between two pads are counted twice (once "
-                   "as queries, once as keys), or the whole row is: its "
-                   "scores between two real tokens involve no pad",
+    pad_pad_twice=("the pairs of two pads are counted twice (once "
+                   "as first, once as second), or the whole row is: its "
+                   "pairs of two real tokens involve no pad",
                    "Padding sentences of different lengths"),
-    pad_pad_only=("that counts only the scores between two pads; a score "
-                  "between a pad and a real token involves a pad too",
+    pad_pad_only=("that counts only the pairs of two pads; a pair "
+                  "of a pad and a real token involves a pad too",
                   "Padding sentences of different lengths"),
-    no_pad=("that is the number of scores with no pad at all; the "
+    no_pad=("that is the number of pairs with no pad at all; the "
             "question asks for those that involve a pad",
             "Padding sentences of different lengths"),
-    share=("give the number of scores, not their share",
+    share=("give the number of pairs, not their share",
            "Padding sentences of different lengths"),
-    pad_pad_added=("the scores between two pads were added instead of "
-                   "subtracted: the scores with a pad as the query and "
-                   "those with a pad as the key both hold them, so "
+    pad_pad_added=("the pairs of two pads were added instead of "
+                   "subtracted: the pairs with a pad first and "
+                   "those with a pad second both hold them, so "
                    "subtract them once (inclusion-exclusion)",
                    "Padding sentences of different lengths"),
-    every_sentence=("that counts a pad's scores in every sentence, but "
-                    "only the last sentence has pads: the scores of the "
+    every_sentence=("that counts a pad's pairs in every sentence, but "
+                    "only the last sentence has pads: the pairs of the "
                     "other three involve none",
                     "Padding sentences of different lengths"),
-    query_rows_only=("that is all the scores less those with a pad as the "
-                     "query: it still counts the scores with no pad; "
-                     "count the scores that involve a pad, as the query, "
-                     "the key or both", "Padding sentences of different "
+    query_rows_only=("that is all the pairs less those with a pad "
+                     "first: it still counts the pairs with no pad; "
+                     "count the pairs that involve a pad, first, "
+                     "second or both", "Padding sentences of different "
                                         "lengths"),
-    pads=("that is the number of pads, not of scores: every pad has a "
-          "row and a column of scores", "Padding sentences of different "
+    pads=("that is the number of pads, not of pairs: every pad has a "
+          "row and a column of pairs", "Padding sentences of different "
                                         "lengths"),
-    all_less_real_row=("that is all the scores less the last sentence's "
-                       "scores between two real tokens: the other three "
-                       "sentences have no pads, so none of their scores "
+    all_less_real_row=("that is all the pairs less the last sentence's "
+                       "pairs of two real tokens: the other three "
+                       "sentences have no pads, so none of their pairs "
                        "involve one", "Padding sentences of different "
                                       "lengths"),
-    positions=("that is the number of positions, B x L, not of scores: "
-               "each sentence has L x L scores, one per (query, key) "
-               "pair", "Padding sentences of different lengths"),
-    real_tokens=("that is the number of real tokens, not of scores that "
+    positions=("that is the number of positions, B x L, not of pairs: "
+               "each sentence has L x L pairs, one per (first, "
+               "second) token", "Padding sentences of different lengths"),
+    real_tokens=("that is the number of real tokens, not of pairs that "
                  "involve a pad: every pad has a row and a column of "
-                 "scores", "Padding sentences of different lengths"),
+                 "pairs", "Padding sentences of different lengths"),
 )
 
 
 def _a_share(n: object) -> bool:
     """Whether ``n`` is a number strictly between 0 and 1 (a fraction,
-    which no count of scores can be)."""
+    which no count of pairs can be)."""
     if isinstance(n, torch.Tensor) and n.numel() == 1:
         n = n.item()
     return (isinstance(n, int | float) and not isinstance(n, bool)
@@ -856,10 +856,10 @@ def _a_share(n: object) -> bool:
 
 
 def check_pad_scores(n: int) -> Verdict:
-    """Exercise 1.4: how many of the L x L attention scores of the
-    padded batch of chapter 1 (the running example and ``"What is
-    next?"``, (B, L) = (4, 6)) involve a pad, as the query, the key or
-    both."""
+    """Exercise 1.4: how many of the L x L pairs of tokens that attention
+    compares in the padded batch of chapter 1 (the running example and
+    ``"What is next?"``, (B, L) = (4, 6)) involve a pad, first, second
+    or both."""
     texts = [*SENTENCES, "What is next?"]
     stoi = build_vocab(texts, specials=("<pad>",))
     ids, lengths = encode(texts, stoi, pad_id=0)
@@ -870,7 +870,7 @@ def check_pad_scores(n: int) -> Verdict:
     pads = int((~real).sum())
     one_side = int((~real).sum() * ids.size(1))  # pads' rows only
     pad_pad = int(((~real).sum(1) ** 2).sum())  # between two pads
-    last = no_pad[-1].numel()  # the last sentence's L x L scores
+    last = no_pad[-1].numel()  # the last sentence's L x L pairs
     last_want = last - int(no_pad[-1].sum())
     problem = check_number("n", n, want, mistakes=[
         (PAD_SCORES["one_side"], one_side),
@@ -893,7 +893,7 @@ def check_pad_scores(n: int) -> Verdict:
         return PAD_SCORES["share"].verdict(f"n = {float(n):.4g}")
     if problem is not None:
         return _pointed(problem, PADDING)
-    return Verdict(True, f"{want} of the {total} scores involve a pad: "
+    return Verdict(True, f"{want} of the {total} pairs involve a pad: "
                          f"a larger share than the pads' {pads} of "
                          f"{real.numel()} positions")
 
