@@ -13,7 +13,10 @@ copies each position a constant number of times on average, instead of
 ``torch.cat``-ing the whole past at every step. With ``window`` set, only
 the last ``window - 1`` positions are kept between calls (sliding-window
 attention, chapter 17): a new token then sees exactly ``window`` keys, and
-the memory stays flat however long the decode.
+the memory stays flat however long the decode: the storage holds the window
+and an eighth of it more (in position order, so the keys it returns are
+contiguous), and slides the kept positions to the front when full, about
+8 positions copied per decoded token.
 """
 
 from __future__ import annotations
@@ -319,16 +322,25 @@ class KVCache:
         if state.keys is not None and state.end + new <= state.keys.size(2):
             return
         need = kept + new
-        if state.keys is not None and need <= state.keys.size(2) \
-                and kept <= state.start:  # slide to the front, no overlap
-            for storage in (state.keys, state.values):
-                storage[:, :, :kept] = storage[:, :, state.start:state.end]
+        shift = state.start
+        if state.keys is not None and need <= state.keys.size(2) and shift:
+            # Slide the kept positions to the front, in pieces no longer
+            # than the shift, so that no piece overlaps its own source.
+            for first in range(0, kept, shift):
+                size = min(shift, kept - first)
+                for storage in (state.keys, state.values):
+                    storage.narrow(2, first, size).copy_(
+                        storage.narrow(2, shift + first, size))
             state.start, state.end = 0, kept
             return
         old = state.keys.size(2) if state.keys is not None else 0
         capacity = max(need, 2 * old, 16)
         if self.window is not None:  # kept <= window - 1 between calls
-            capacity = max(need, 2 * (self.window - 1) + new)
+            # Room for the kept window and an eighth of it more: a slide
+            # every (window - 1) / 8 steps copies about 8 positions per
+            # decoded token, and the storage stays near 1.125 window.
+            spare = max(new, -(-(self.window - 1) // 8))
+            capacity = max(need, self.window - 1 + spare)
         keys = key.new_empty(*key.shape[:2], capacity, key.size(3))
         values = value.new_empty(*value.shape[:2], capacity, value.size(3))
         if kept:

@@ -434,3 +434,26 @@ def test_training_the_queries_through_a_cached_decode(need_weights):
     m.q_proj.weight.grad = None
     (m(x, is_causal=True, need_weights=need_weights)[0] * weights).sum().backward()
     assert_close(decoded, m.q_proj.weight.grad, **TOL)
+
+
+def test_a_windowed_cache_allocates_the_window_and_an_eighth() -> None:
+    """KVCache(window=64) decoding 1,000 tokens keeps 63 positions and allocates 63 + 8
+    (not 2 * 63 + 1, the storage before chapter 17's review), and its outputs stay those
+    of the sliding-window mask."""
+    from mha_lib import MultiHeadAttention
+    from mha_lib.masks import sliding_window_mask
+
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(8, 2).eval()
+    x = torch.randn(1, 300, 8)
+    cache = KVCache(window=64)
+    with torch.no_grad():
+        full, _ = attention(x, mask=sliding_window_mask(300, 64))
+        steps = [attention(x[:, t:t + 1], is_causal=True, cache=cache)[0]
+                 for t in range(300)]
+        for _ in range(700):
+            cache.update(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4), owner=None)
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-6, rtol=0)
+    per_position = 2 * 2 * 4 * 4  # keys and values, 2 heads, 4 dims, float32
+    assert cache.kept == 63
+    assert cache.allocated_nbytes == (63 + 8) * per_position

@@ -5841,6 +5841,31 @@ WRONG["check_reach_inputs"] = {
 WRONG["check_reach_inputs"]["length_minus_kw"] = lambda: (
     lambda s, w, n: _reach(s, w, n, per_layer=w, extra=1),)
 
+# --- chapter 17: round 64 ---
+# Exercise 17.5: n - W to n - 1 in position order, unclamped ([-2, -1, 0, 1]
+# at n = 2, W = 4). Exercise 17.3: a multiplicative decay of the score.
+# Exercise 17.2: every other slope of the larger power of two (p slopes,
+# not H), either half of them.
+WRONG["check_ring_held"]["unclamped_in_order"] = lambda: (
+    lambda n, w: list(range(n - w, n)),)
+WRONG["check_bidirectional_alibi"]["multiplied"] = lambda: (
+    lambda s: lambda score, b, h, q, kv: score * torch.exp(
+        -s[h] * (q - kv).abs()),)
+
+
+def _slopes_every_other_of_larger(num_heads, start=0):
+    # Right for a power of two; otherwise every other slope of the next.
+    larger = 2 ** math.ceil(math.log2(num_heads))
+    slopes = [2.0 ** (-8 * (h + 1) / larger) for h in range(larger)]
+    return slopes if larger == num_heads else slopes[start::2]
+
+
+WRONG["check_alibi_slopes"]["every_other_larger"] = lambda: (
+    _slopes_every_other_of_larger,)
+WRONG["check_alibi_slopes"]["every_other_larger/odd"] = lambda: (
+    lambda n: _slopes_every_other_of_larger(n, start=1),)
+
+
 # --- chapter 18: more planted mistakes (round 56) ---
 # Exercise 18.4: one einsum over the query, the latents and W_uk leaves
 # the order of the products to einsum (it may rebuild the keys); the

@@ -139,14 +139,15 @@ def test_rotary_pairs_are_the_library_layouts() -> None:
 
 
 def test_window_cache_is_what_kv_cache_stores() -> None:
-    """The rolling cache as drawn: KVCache(window=3), one token per call, keeps 2
-    positions between calls in 5 slots and copies them to the front when full. If the
-    library changes how it stores a window, this fails: redraw (and re-read chapter 17)."""
+    """KVCache(window=3), one token per call, keeps 2 positions between calls in 3 slots
+    (the window, 2, plus an eighth of it rounded up) and slides them to the front when
+    full. If the library changes how it stores a window, this fails: re-read chapter 17's
+    'What the windowed KVCache allocates'."""
     w = make_figures.window_picture(6, 3)
-    assert w.capacity == 5
-    assert w.slots[4] == (0, 1, 2, 3, 4)
-    assert w.slots[5] == (3, 4, 5, 3, 4)
-    assert w.read == ((0, 1), (0, 2), (0, 3), (1, 4), (2, 5), (0, 3))
+    assert w.capacity == 3
+    assert w.slots[2] == (0, 1, 2)
+    assert w.slots[5] == (3, 4, 5)
+    assert w.read == ((0, 1), (0, 2), (0, 3), (0, 3), (0, 3), (0, 3))
     assert w.kept == (1, 2, 2, 2, 2, 2)
 
 

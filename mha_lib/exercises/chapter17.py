@@ -245,6 +245,12 @@ SLOPES = catalogue(
     base_e=("those are powers of e, exp(-8 (h + 1) / H): ALiBi's slopes "
             "are powers of 2, 2 ** (-8 * (h + 1) / H), 1/2 to 1/256 for "
             "8 heads", _ALIBI),
+    every_other_larger=("that is every other slope of the nearest larger "
+                        "power of two, p slopes for H heads: take the "
+                        "largest power of two not above H, p; the first p "
+                        "heads get its p slopes, and only the other H - p "
+                        "heads take every other slope of 2p heads "
+                        "([0::2][:H - p])", _ALIBI),
     half=("the values are right but stored in a 16-bit dtype, float16 "
           "or bfloat16, which keeps only 11 or 8 significant bits: "
           "return float32 (or a list of Python floats)", _ALIBI),
@@ -286,6 +292,12 @@ def _interleaved(num_heads: int) -> list[float]:
 def _larger(num_heads: int) -> list[float]:
     # The slopes of the nearest larger power of two, cut to num_heads.
     return _power_of_two(2 ** math.ceil(math.log2(num_heads)))[:num_heads]
+
+
+def _every_other_larger(num_heads: int) -> list[float]:
+    # The slopes of the nearest larger power of two (every other one is
+    # taken by the caller).
+    return _power_of_two(2 ** math.ceil(math.log2(num_heads)))
 
 
 def _odd_extra(num_heads: int) -> list[float]:
@@ -351,7 +363,10 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                  torch.tensor(_from_zero(num_heads), dtype=torch.float64)),
                 (SLOPES["base_e"],
                  torch.tensor(_base_e(num_heads), dtype=torch.float64)),
-            ])
+            ] + [(SLOPES["every_other_larger"],
+                  torch.tensor(_every_other_larger(num_heads)[start::2],
+                               dtype=torch.float64))
+                 for start in (0, 1) if num_heads & (num_heads - 1)])
         if problem is not None:
             return problem
     return Verdict(True, "2^(-8/H), 2^(-16/H), ...; for other H, the "
@@ -385,6 +400,12 @@ BIDIRECTIONAL = catalogue(
             "mask, every query sees every key; drop the -inf and penalise "
             "both sides, score - slopes[h] * (q_idx - kv_idx).abs()",
             _ALIBI),
+    multiplied=("that multiplies the score by a decay, score * exp("
+                "-slopes[h] * |q_idx - kv_idx|), which pulls a score "
+                "towards 0 instead of lowering it: ALiBi subtracts the "
+                "penalty, score - slopes[h] * (q_idx - kv_idx).abs() "
+                "(after the softmax, that multiplies the weight by "
+                "exp(-slopes[h] * distance))", _ALIBI),
     squared=("that is a squared distance, a penalty that grows as "
              "(q_idx - kv_idx) ** 2: ALiBi's penalty is linear in the "
              "distance, score - slopes[h] * (q_idx - kv_idx).abs()",
@@ -512,6 +533,8 @@ def check_bidirectional_alibi(
             (BIDIRECTIONAL["one_slope"],
              out(scores - slopes[0] * distance)),
             (BIDIRECTIONAL["squared"], out(scores - m * distance ** 2)),
+            (BIDIRECTIONAL["multiplied"],
+             out(scores * torch.exp(-m * distance))),
             (BIDIRECTIONAL["no_score"], out(-m * distance)),
             (BIDIRECTIONAL["causal"],
              out((scores - m * distance).masked_fill(j > i, -math.inf))),
@@ -642,6 +665,12 @@ RING = catalogue(
                "negative positions (Python's % puts -1 in the last slot): "
                "start at max(0, n - W), so that a slot never written "
                "keeps -W", _RING),
+    unclamped_in_order=("that is n - W to n - 1 in position order: with "
+                        "fewer tokens than slots it starts below 0 (start "
+                        "at max(0, n - W) and leave -W in a slot never "
+                        "written), and slot t % W holds position t, so "
+                        "the oldest kept position is not always in slot 0",
+                        _RING),
     empty=("an empty slot holds -W, as held does in "
            "rolling_buffer_attention: a position at least W behind every "
            "query, which the window mask hides", _RING),
@@ -725,6 +754,7 @@ def check_ring_held(fn: Callable[[int, int], list[int]]) -> Verdict:
                     list(range(first, n))
                     + [-window] * (window - (n - first)))),
                 (RING["in_order"], _ring(n, window).sort().values),
+                (RING["unclamped_in_order"], torch.arange(n - window, n)),
                 (RING["never_overwritten"], _ring(
                     n, window, range(min(n, window)))),
                 (RING["unclamped"], _ring(n, window,
