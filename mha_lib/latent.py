@@ -288,8 +288,6 @@ class MultiHeadLatentAttention(nn.Module):
         if mask is not None:
             bias = (bias.masked_fill(~mask, float("-inf"))
                     if mask.dtype == torch.bool else bias + mask)
-        # 1 on a row that attends to something, 0 on an empty one:
-        total = (bias > float("-inf")).any(dim=-1, keepdim=True)
         size = self.kv_latent_dim
         keys = values = latent  # (B, 1, Lk, C), the cache itself
         dropping = self.training and self.attn_dropout.p > 0
@@ -307,8 +305,12 @@ class MultiHeadLatentAttention(nn.Module):
             values = torch.cat([latent, one, latent.new_zeros(
                 *latent.shape[:-1], (-(size + 1)) % 8)], dim=-1)
         out, _ = self._attend(q_lat, keys, values, bias, False, scale)
-        if dropping:
+        if dropping:  # each row's kept weight, from the ones column
             return out[..., :size], out[..., size:size + 1]
+        if mask is None:  # finite scores: every row sums to 1
+            return out[..., :size], out.new_ones(*out.shape[:-1], 1)
+        # 1 on a row that attends to something, 0 on an empty one:
+        total = (bias > float("-inf")).any(dim=-1, keepdim=True)
         return out[..., :size], total.to(out.dtype)
 
     def _up_matrices(self, latent: torch.Tensor, layer: LayerCache | None
