@@ -6120,3 +6120,25 @@ def test_chapter18_round64_step_rebuilt_by_hand_is_named():
                          WRONG["check_absorbed_step"][name]())
         assert not verdict, (name, verdict.message)
         assert "by hand" in verdict.message, (name, verdict.message)
+
+# Exercise 14.1 and 14.5 (round 68): the weights counted as params bytes
+# (float16's 2 bytes a parameter forgotten); the queries stacked token by
+# token (a transpose) while the mask is repeated as a block.
+WRONG["check_cache_capacity"]["params_bytes"] = lambda: (
+    _fits(total=80 * 2**30 - _PARAMS_7B),)
+
+
+def _shared_stacked_by_token(q, k, v, mask):
+    B, H, Lq, D = q.shape  # noqa: N806
+    H_kv = k.size(1)  # noqa: N806
+    g = H // H_kv
+    rows = q.reshape(B, H_kv, g, Lq, D).transpose(2, 3).reshape(
+        B, H_kv, Lq * g, D)  # token 0's g heads, then token 1's, ...
+    out = F.scaled_dot_product_attention(rows, k, v,
+                                         attn_mask=mask.repeat(g, 1))
+    return out.reshape(B, H_kv, Lq, g, D).transpose(2, 3).reshape(
+        B, H, Lq, D)
+
+
+WRONG["check_shared_kv_attention"]["stacked_by_token"] = lambda: (
+    _shared_stacked_by_token,)

@@ -123,6 +123,9 @@ FITS = catalogue(
     rounded_weights=("that takes the weights as the rounded 12.6 GiB: use "
                      "the exact 2 x params bytes, not the rounded GiB",
                      _SIZE),
+    params_bytes=("that counts the weights as params bytes, one byte a "
+                  "parameter: a float16 parameter takes 2 bytes, so the "
+                  "weights take 2 x params bytes", _SIZE),
 )
 
 
@@ -173,6 +176,8 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                     (FITS["keys_only"], free // (unit // 2)),
                     (FITS["float32_weights"],
                      (80 * 2**30 - 2 * weights) // unit),
+                    (FITS["params_bytes"],
+                     (80 * 2**30 - weights // 2) // unit),
                     (FITS["float32_cache"], free // (2 * unit)),
                     (FITS["all_float32"],
                      (80 * 2**30 - 2 * weights) // (2 * unit)),
@@ -598,6 +603,12 @@ SHARED = catalogue(
                "are head 0's Lq queries, then head 1's, so the mask is "
                "repeated as a block, mask.repeat(g, 1), not row by row "
                "(repeat_interleave)", _GQA),
+    stacked_by_token=("the queries are stacked token by token (a "
+                      "transpose: token 0's g heads, then token 1's), but "
+                      "mask.repeat(g, 1) gives head 0's Lq rows, then "
+                      "head 1's: the mask's rows must follow the queries' "
+                      "order. Reshape q straight to (B, H_kv, g * Lq, D), "
+                      "with no transpose", _GQA),
     mask_shape=("the (Lq, Lk) mask does not fit the stacked rows, (g * Lq, "
                 "Lk): give it the same rows as the queries, mask.repeat(g, "
                 "1)", _GQA),
@@ -716,7 +727,7 @@ def _explain_shared(error: BaseException, record) -> object:
 
 
 def _shared_reference(q, k, v, mask, scale=None, interleave=False,
-                      mask_by_row=False):
+                      mask_by_row=False, by_token=False):
     g = q.size(1) // k.size(1)
     if isinstance(mask, str):  # "top_left" or "is_causal": tril
         B, H, Lq, D = q.shape  # noqa: N806
@@ -728,6 +739,13 @@ def _shared_reference(q, k, v, mask, scale=None, interleave=False,
     if interleave:
         k, v = k.repeat(1, g, 1, 1), v.repeat(1, g, 1, 1)
         return _reference_step(q, k, v, mask, scale)
+    if by_token:  # rows stacked token by token, the mask as a block
+        B, H, Lq, D = q.shape  # noqa: N806
+        rows = q.reshape(B, k.size(1), g, Lq, D).transpose(2, 3)
+        out = _reference_step(rows.reshape(B, k.size(1), Lq * g, D), k, v,
+                              mask.repeat(g, 1))
+        return out.reshape(B, k.size(1), Lq, g, D).transpose(2, 3).reshape(
+            q.shape)
     if mask_by_row:  # rows i of head 0, head 1, ... in the wrong order
         B, H, Lq, D = q.shape  # noqa: N806
         rows = q.reshape(B, k.size(1), g * Lq, D)
@@ -768,6 +786,8 @@ def check_shared_kv_attention(fn: Callable[..., torch.Tensor]) -> Verdict:
                  _shared_reference(q, k, v, mask, interleave=True)),
                 (SHARED["mask_rows"],
                  _shared_reference(q, k, v, mask, mask_by_row=True)),
+                (SHARED["stacked_by_token"],
+                 _shared_reference(q, k, v, mask, by_token=True)),
                 (SHARED["no_mask"], _shared_reference(q, k, v, None)),
                 (SHARED["unscaled"],
                  _shared_reference(q, k, v, mask, scale=1.0)),
