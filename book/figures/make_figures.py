@@ -1785,6 +1785,8 @@ def latent_attention(p: LatentPicture) -> Svg:
         """A box with lines (text, weight, size) centred in it."""
         svg.rect(x, y, w, h, fill=fill, stroke=edge, rx=5,
                  width=1.6 if edge != BOX_EDGE else 1.2)
+        # sub-labels at 14 units (12.8 px in the column), names as given
+        lines = [(t, wt, 14 if wt == "normal" else sz) for t, wt, sz in lines]
         heights = [size + 5 for _, _, size in lines]
         yy = y + (h - sum(heights)) / 2
         for (text, weight, size), step in zip(lines, heights, strict=True):
@@ -1807,7 +1809,7 @@ def latent_attention(p: LatentPicture) -> Svg:
         (4, "W_{KR}, rope_{t}", f"k_rope_proj {lay['k_rope_proj'][0]}\u2192"
          f"{lay['k_rope_proj'][1]}"),
     ]
-    cx_, cw = 236, 96
+    cx_, cw = 230, 104
     results = {0: ("q^{C}", f"{H} heads of {D}", False),
                1: ("q^{R}", f"{H} heads of {R}", False),
                2: (f"c_{{t}}  ({C})", "cached", True),
@@ -1888,13 +1890,13 @@ def latent_attention(p: LatentPicture) -> Svg:
                             (f"{fmt(p.cached_keys)} k^{{R}}", "normal", 13.5)],
         fill=GREEN, edge=GREEN_EDGE)
     svg.line(cx0 + 75, cy0, cx0 + 75, y + h + 2)
-    svg.text(14, cy0 + 14, f"all {H} query heads read", size=13, anchor="start")
-    svg.text(14, cy0 + 31, "one key head: multi-query", size=13, anchor="start")
-    svg.text(14, cy0 + 48, "attention of width C + R", size=13, anchor="start")
-    svg.text(444, cy0 + 14, "scale 1/\u221a(D + R), as in (a);", size=13,
+    svg.text(14, cy0 + 14, f"all {H} query heads read", size=14, anchor="start")
+    svg.text(14, cy0 + 31, "one key head: multi-query", size=14, anchor="start")
+    svg.text(14, cy0 + 48, "attention of width C + R", size=14, anchor="start")
+    svg.text(444, cy0 + 14, "scale 1/\u221a(D + R), as in (a);", size=14,
              anchor="start")
-    svg.text(444, cy0 + 31, "the output equals (a)'s", size=13, anchor="start")
-    svg.text(444, cy0 + 48, "within 1e-6", size=13, anchor="start")
+    svg.text(444, cy0 + 31, "the output equals (a)'s", size=14, anchor="start")
+    svg.text(444, cy0 + 48, "within 1e-6", size=14, anchor="start")
     # Cache per token.
     base = cy0 + 86
     svg.line(12, base - 20, WIDTH - 12, base - 20, arrow=False, stroke=BOX_EDGE, width=1,
@@ -1905,17 +1907,17 @@ def latent_attention(p: LatentPicture) -> Svg:
     for k, (name, n) in enumerate(sorted(p.per_token.items(), key=lambda kv: -kv[1])):
         by = base + 12 + 24 * k
         latent_row = name.startswith("latent")
-        svg.text(lx - 10, by + 13, name, size=13, anchor="end",
+        svg.text(lx - 10, by + 13, name, size=14, anchor="end",
                  weight="bold" if latent_row else "normal")
         svg.rect(lx, by, n * unit, 17, fill=GREEN if latent_row else BOX,
                  stroke=GREEN_EDGE if latent_row else BOX_EDGE, rx=2)
         what = ("C + R" if latent_row else "2 H D" if name == "multi-head"
                 else "2 D" if name == "multi-query" else "2 H_{kv} D")
-        svg.text(lx + n * unit + 8, by + 13, f"{n}  ({what})", size=13, anchor="start",
+        svg.text(lx + n * unit + 8, by + 13, f"{n}  ({what})", size=14, anchor="start",
                  weight="bold" if latent_row else "normal")
-    # Sub- and superscripts at 11.6 units (10.6 px in the column), not the
+    # Sub- and superscripts at 12 units (11 px in the column), not the
     # book's floor of MIN_FONT: this figure is dense with them.
-    svg.items = [item.replace(f'font-size="{MIN_FONT:g}"', 'font-size="11.6"')
+    svg.items = [item.replace(f'font-size="{MIN_FONT:g}"', 'font-size="12"')
                  for item in svg.items]
     return svg
 
