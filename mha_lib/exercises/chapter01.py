@@ -479,11 +479,11 @@ BPE = catalogue(
     no_end_marker=("these are the merges without the end-of-word marker: "
                    "every word ends in \"</w>\", which pairs with the last "
                    "letter like any other symbol", SECTION),
-    unweighted=("a pair is counted as many times as the words that hold "
-                "it, times their counts: after the first two merges, "
-                "(\"p\", \"ug</w>\") is counted 7 times (pug) and "
-                "(\"b\", \"ug</w>\") 8 times (bug); counted once a "
-                "word, the two would tie", SECTION),
+    unweighted=("after the first two merges, (\"b\", \"ug</w>\") is "
+                "counted 8 times (bug) and (\"p\", \"ug</w>\") 7 times "
+                "(pug): a pair counts once for each time a word that holds "
+                "it occurs, and the third merge is the most frequent pair",
+                SECTION),
     not_recounted=("these are the most frequent pairs of the first count; "
                    "after each merge the words change, so count the pairs "
                    "again, the new symbol included", SECTION),
