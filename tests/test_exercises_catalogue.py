@@ -4767,6 +4767,17 @@ WRONG["check_block_params"]["three_norms"] = lambda: (
 WRONG["check_llama_block_params"]["two_attention_matrices"] = lambda: (
     lambda d, f: _llama_params(d, f) - 2 * d * d,)
 
+# --- chapter 12: more planted mistakes (round 70) ---
+# Exercise 12.1: the biases counted twice, attention's four alone (+4 d) or
+# all six (+5 d + d_ff).
+
+WRONG["check_block_params"].update({
+    "attention_biases_twice": lambda: (
+        lambda d, f: block_params(d, f) + 4 * d,),
+    "biases_twice": lambda: (
+        lambda d, f: block_params(d, f) + 5 * d + f,),
+})
+
 
 # --- chapter 14: more planted mistakes (final round) ---
 # Exercise 14.1: num_kv_heads counted twice in kv_cache_bytes; fits with a

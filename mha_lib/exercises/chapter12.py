@@ -81,6 +81,16 @@ PARAMS = catalogue(
               "d_model (the output projection's, another attention "
               "bias, or linear2's) or one LayerNorm's beta",
               "LayerNorm"),
+    attention_biases_twice=("4 d_model too many: are the four attention "
+                            "biases counted twice, once with their "
+                            "matrices (4 d^2 + 4 d) and once more on "
+                            "their own? (Four LayerNorms for the block's "
+                            "two give the same count.)",
+                            "The output projection", 8),
+    biases_twice=("5 d_model + d_ff too many: every bias is counted "
+                  "twice. The six biases, 4 d_model in attention and "
+                  "d_ff + d_model in the FFN, belong in the count once",
+                  "The feed-forward network"),
 )
 
 
@@ -106,7 +116,9 @@ def _wrong_counts(d: int, d_ff: int) -> list:
             (PARAMS["one_ffn_matrix"], right - d * d_ff - d),  # one layer
             (PARAMS["one_ffn_matrix"], right - d * d_ff),  # both biases
             (PARAMS["twelve_d_squared"], 12 * d * d),
-            (PARAMS["one_bias"], right - d)]
+            (PARAMS["one_bias"], right - d),
+            (PARAMS["attention_biases_twice"], right + 4 * d),
+            (PARAMS["biases_twice"], right + 5 * d + d_ff)]
 
 
 def _three_arguments(fn: Callable) -> bool:
