@@ -4358,6 +4358,15 @@ def _step_softmax_axis(q, k_new, v_new, past_k, past_v):
 
 
 WRONG["check_cache_capacity"]["keys_only"] = lambda: (_fits_keys_only,)
+
+
+def _fits_one_layer(num_kv_heads):  # the bytes of one layer's cache
+    free = 80 * 2**30 - 2 * _PARAMS_7B
+    per_token = 2 * num_kv_heads * 128 * 2
+    return free // (per_token * 4096), free // (per_token * 32)
+
+
+WRONG["check_cache_capacity"]["one_layer"] = lambda: (_fits_one_layer,)
 WRONG["check_chunk_mask"]["all_ones"] = lambda: (
     lambda q, p: torch.ones(q, p + q, dtype=torch.bool),)
 WRONG["check_cached_step"]["softmax_axis"] = lambda: (_step_softmax_axis,)

@@ -123,6 +123,9 @@ FITS = catalogue(
     rounded_weights=("that takes the weights as the rounded 12.6 GiB: use "
                      "the exact 2 x params bytes, not the rounded GiB",
                      _SIZE),
+    one_layer=("that is one layer's cache; each of the 32 layers has its "
+               "own, so a sequence (or a position) takes 32 times as many "
+               "bytes", _SIZE),
     params_bytes=("that counts the weights as params bytes, one byte a "
                   "parameter: a float16 parameter takes 2 bytes, so the "
                   "weights take 2 x params bytes", _SIZE),
@@ -181,6 +184,8 @@ def check_cache_capacity(fn: Callable[[int], tuple]) -> Verdict:
                     (FITS["float32_cache"], free // (2 * unit)),
                     (FITS["all_float32"],
                      (80 * 2**30 - 2 * weights) // (2 * unit)),
+                    *([(FITS["one_layer"], free // (unit // 32))]
+                      if i == 0 else []),
                     *([(FITS["length_one_sequence"], free // (unit // 32))]
                       if i == 1 else []),
                     (FITS["kv_ignored"],
