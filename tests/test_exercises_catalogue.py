@@ -6027,6 +6027,19 @@ WRONG["check_bpe_split"].update({
     "whole_word_unmade/marker_apart": lambda: (["bugs", "</w>"],),
 })
 
+# --- chapter 1: round 72 ---
+# Exercise 1.6: a list of one-byte bytes objects (the chapter's as_bytes
+# pieces) for the ids is named, not called one list per character.
+# Exercise 1.4: every pair of the batch, 144; each pad with all 24
+# positions of the batch, 72; each pad with its 21 real tokens, 63.
+WRONG["check_byte_ids"]["bytes_pieces"] = lambda: (
+    lambda text: [bytes([b]) for b in text.encode("utf-8")],)
+WRONG["check_pad_scores"].update({
+    "all_pairs": lambda: (144,),
+    "batch_positions": lambda: (72,),
+    "batch_real": lambda: (63,),
+})
+
 
 # --- chapter 12: the FFN added to x, ReLU and norm2 in the parallel block
 # (round 58) ---

@@ -843,6 +843,18 @@ PAD_SCORES = catalogue(
     real_tokens=("that is the number of real tokens, not of pairs that "
                  "involve a pad: every pad has a row and a column of "
                  "pairs", "Padding sentences of different lengths"),
+    all_pairs=("that is every pair of the batch, 4 x 36; only the last "
+               "sentence has pads: count those of its 36 pairs that "
+               "involve one", "Padding sentences of different lengths"),
+    batch_positions=("that pairs each of the 3 pads with all 24 "
+                     "positions of the batch (or counts the last "
+                     "sentence's 36 pairs twice); attention compares a "
+                     "token only with the 6 of its own sentence",
+                     "Padding sentences of different lengths"),
+    batch_real=("that pairs each of the 3 pads with all 21 real tokens "
+                "of the batch; attention compares a token only with the "
+                "6 of its own sentence",
+                "Padding sentences of different lengths"),
 )
 
 
@@ -888,6 +900,9 @@ def check_pad_scores(n: int) -> Verdict:
         (PAD_SCORES["pad_pad_added"], 2 * one_side + pad_pad),
         (PAD_SCORES["every_sentence"], want * ids.size(0)),
         (PAD_SCORES["query_rows_only"], total - one_side),
+        (PAD_SCORES["all_pairs"], total),
+        (PAD_SCORES["batch_positions"], pads * real.numel()),
+        (PAD_SCORES["batch_real"], pads * int(real.sum())),
     ])
     if problem is not None and _a_share(n):  # 0 < n < 1: not a count
         return PAD_SCORES["share"].verdict(f"n = {float(n):.4g}")
@@ -913,6 +928,10 @@ BYTE_IDS = catalogue(
     nested=("that is one list per character: the ids of a text are one "
             "flat list, the bytes of every character one after the "
             "other", BYTES),
+    bytes_pieces=("those are one-byte bytes objects, the pieces before "
+                  "any merge, not their ids: an id is an int, the byte's "
+                  "value; list(text.encode(\"utf-8\")) gives them",
+                  BYTES),
 )
 BYTE_TEXTS = ["the", " the", "\u20ac5", "na\u00efve",  # \u20ac: not Latin-1
               "\N{SLIGHTLY SMILING FACE}", ""]
@@ -920,6 +939,10 @@ BYTE_TEXTS = ["the", " the", "\u20ac5", "na\u00efve",  # \u20ac: not Latin-1
 
 def _byte_mistake(text: str, value: object) -> str | None:
     """The name of the catalogued mistake ``value`` shows for ``text``."""
+    if isinstance(value, (list, tuple)) and value and all(
+            isinstance(v, (bytes, bytearray)) and len(v) == 1
+            for v in value):
+        return "bytes_pieces"
     if isinstance(value, (list, tuple)) and value and all(
             isinstance(v, (list, tuple, bytes)) for v in value):
         return "nested"
