@@ -6176,3 +6176,22 @@ def _shared_stacked_by_token(q, k, v, mask):
 
 WRONG["check_shared_kv_attention"]["stacked_by_token"] = lambda: (
     _shared_stacked_by_token,)
+
+# --- chapter 17: more planted mistakes (round 72) ---
+# Exercise 17.2: the extra heads' slopes placed before the first p heads'.
+# Exercise 17.3: slopes used without [h] (one score per head comes back for
+# each score). Exercise 17.4: the capped score added to the score.
+
+
+def _alibi_extra_first(n):
+    p = 2 ** math.floor(math.log2(n))
+    first = [2.0 ** (-8 * (h + 1) / p) for h in range(p)]
+    twice = [2.0 ** (-8 * (h + 1) / (2 * p)) for h in range(2 * p)]
+    return twice[0::2][:n - p] + first
+
+
+WRONG["check_alibi_slopes"]["extra_first"] = lambda: (_alibi_extra_first,)
+WRONG["check_bidirectional_alibi"]["unindexed"] = lambda: (
+    lambda slopes: lambda s, b, h, q, kv: s - slopes * (q - kv).abs(),)
+WRONG["check_softcap_score_mod"]["added"] = lambda: (
+    lambda cap: lambda s, b, h, q, kv: s + cap * torch.tanh(s / cap),)

@@ -229,6 +229,11 @@ SLOPES = catalogue(
             "first is steeper than all, the rest fall between); "
             "sorting them from steep to shallow gives heads other "
             "slopes", _ALIBI),
+    extra_first=("the right slopes, in the wrong order: the extra heads "
+                 "come last; heads 0 to p - 1 (p, the largest power of "
+                 "two not above H) take the p slopes of p heads, then "
+                 "the other H - p heads take every other slope of 2p "
+                 "heads", _ALIBI),
     odd_extra=("the extra heads take slopes 0, 2, 4, ... of twice as many "
                "heads ([0::2]), not 1, 3, 5, ...", _ALIBI),
     negative=("the slopes are positive; the bias is -slope * distance",
@@ -300,6 +305,12 @@ def _every_other_larger(num_heads: int) -> list[float]:
     return _power_of_two(2 ** math.ceil(math.log2(num_heads)))
 
 
+def _extra_first(num_heads: int) -> list[float]:
+    # The recipe's slopes with the extra heads placed before the first p.
+    p = 2 ** math.floor(math.log2(num_heads))
+    return _power_of_two(2 * p)[0::2][:num_heads - p] + _power_of_two(p)
+
+
 def _odd_extra(num_heads: int) -> list[float]:
     p = 2 ** math.floor(math.log2(num_heads))
     return _power_of_two(p) + _power_of_two(2 * p)[1::2][:num_heads - p]
@@ -351,6 +362,9 @@ def check_alibi_slopes(fn: Callable[[int], list[float]]) -> Verdict:
                 (SLOPES["interleaved"],
                  torch.tensor(_interleaved(num_heads),
                               dtype=torch.float64)),
+                (SLOPES["extra_first"],
+                 torch.tensor(_extra_first(num_heads),
+                              dtype=torch.float64)),
                 (SLOPES["odd_extra"],
                  torch.tensor(_odd_extra(num_heads), dtype=torch.float64)),
                 (SLOPES["negative"], -expected),
@@ -390,6 +404,9 @@ BIDIRECTIONAL = catalogue(
               "ALiBi's weights only because its causal mask hides the "
               "later keys; without the mask it favours them, the further "
               "the more: use -slopes[h] * (q_idx - kv_idx).abs()", _ALIBI),
+    unindexed=("for one score it returns one per head (slopes * distance "
+               "uses the whole slopes tensor): index the slope of head "
+               "h, slopes[h]", _ALIBI),
     one_slope=("every head uses the same slope: index the slopes by the "
                "head, slopes[h]", _ALIBI),
     fixed_slopes=("the bias is the same whatever slopes you are given: use "
@@ -499,6 +516,19 @@ def _judge_score_mod(made, q: torch.Tensor, k: torch.Tensor,
                         mistakes=mistakes)
 
 
+def _one_score_per_head(score_mod, slopes: torch.Tensor) -> bool:
+    """Whether ``score_mod``, called as flex_attention calls it, on one
+    score (0-d tensors), returns a score per head: ``slopes`` used
+    without ``[h]``."""
+    one = [torch.tensor(x) for x in (0.5, 0, 1, 3, 1)]
+    try:
+        changed = score_mod(*one)
+    except Exception:  # a score_mod that fails here fails later too
+        return False
+    return (isinstance(changed, torch.Tensor) and slopes.numel() > 1
+            and changed.shape == slopes.shape)
+
+
 def check_bidirectional_alibi(
         fn: Callable[[torch.Tensor], Callable]) -> Verdict:
     """Exercise 17.3: ``fn(slopes)`` returns a FlexAttention ``score_mod(
@@ -552,6 +582,9 @@ def check_bidirectional_alibi(
                     f"the score_mod of {label}")
             return None
 
+        if _one_score_per_head(made.value, slopes):
+            return BIDIRECTIONAL["unindexed"].verdict(
+                f"the score_mod of {made.label}")
         problem = _judge_score_mod(
             made, q, k, v, expected, mistakes,
             BIDIRECTIONAL["python_math"], flex=first, raw=key_only)
@@ -568,6 +601,9 @@ SOFTCAP = catalogue(
                _FLEX),
     uncapped=("the scores come back unchanged: return cap * torch.tanh("
               "score / cap)", _FLEX),
+    added=("that adds the capped score to the score, score + cap * "
+           "tanh(score / cap): the soft cap replaces the score, return "
+           "cap * torch.tanh(score / cap) alone", _FLEX),
     no_divide=("that is cap * tanh(score): divide by the cap inside the "
                "tanh, cap * tanh(score / cap), so that a small score "
                "passes almost unchanged", _FLEX),
@@ -615,6 +651,8 @@ def check_softcap_score_mod(fn: Callable[[float], Callable]) -> Verdict:
             return made.verdict
         expected = out(cap * torch.tanh(scores / cap))
         mistakes = [
+            (SOFTCAP["added"],
+             out(scores + cap * torch.tanh(scores / cap))),
             (SOFTCAP["fixed_cap"], out(50 * torch.tanh(scores / 50))),
             (SOFTCAP["uncapped"], out(scores)),
             (SOFTCAP["no_divide"], out(cap * torch.tanh(scores))),
@@ -857,6 +895,8 @@ def check_reach_inputs(
         return Verdict(False, f"{made.label} should give the "
                               f"{len(expected)} positions {expected[0]} "
                               f"to {expected[-1]}, got {len(given)}")
-    return Verdict(True, "k local layers reach k (W - 1) positions back "
-                         "(from position 0 at the most); one global layer "
-                         "lets every input through")
+    # worded so that its first line breaks early: 66 characters fit the
+    # solution box with room to spare
+    return Verdict(True, "k local layers reach k (W - 1) positions back, "
+                         "clamped at position 0; one global layer lets "
+                         "every input through")
