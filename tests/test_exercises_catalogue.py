@@ -5602,6 +5602,23 @@ WRONG["check_parallel_block"].update({
 })
 
 
+# --- chapter 12: the parallel sum normalised (round 72)
+# Exercise 12.2's norm1(x + attn(z) + ffn(z)), z = norm1(x), a post-norm slip
+# on the parallel block, got the generic "entries are off"; it now has a hint.
+def _parallel_sum_normalised(block, x, causal=True):
+    z = block.norm1(x)
+    a = block.attn(z, need_weights=False, is_causal=causal)[0]
+    return block.norm1(x + a + block.linear2(block.activation(
+        block.linear1(z))))
+
+
+WRONG["check_parallel_block"].update({
+    "sum_normalised": lambda: (_parallel_sum_normalised,),
+    "sum_normalised/no_mask": lambda: (
+        lambda b, x: _parallel_sum_normalised(b, x, causal=False),),
+})
+
+
 def test_chapter12_round56_swiglu_gate_is_w1_and_hints_name_p():
     hints = CATALOGUE["check_llama_block"]
     assert "w1" in hints["gate_swapped"].hint

@@ -783,6 +783,9 @@ PARALLEL = catalogue(
     output_norm=("the block's output is normalised once more: the final "
                  "LayerNorm follows the whole stack, not each block",
                  _BLOCK),
+    sum_normalised=("the sum is normalised, norm1(x + attn(z) + ffn(z)): "
+                    "GPT-J is pre-norm, so the output x + attn(z) + ffn(z) "
+                    "with z = norm1(x) is not normalised again", _BLOCK),
     no_mask=("this attention has no causal mask: GPT-J is a decoder, each "
              "token attends to itself and the tokens before it, "
              "block.attn(h, need_weights=False, is_causal=True)",
@@ -853,6 +856,8 @@ def _parallel_forward(block: TransformerBlock, x: torch.Tensor,
             return z + attn(z) + f
         if how == "residual_twice":
             return 2 * x + attn(z) + f
+        if how == "sum_normalised":
+            return n1(x + attn(z) + f)
         out = x + attn(z) + f
         return F.layer_norm(out, out.shape[-1:]) if how == "output_norm" \
             else out
