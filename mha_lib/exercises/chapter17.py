@@ -820,7 +820,8 @@ REACH = catalogue(
     global_as_local=("a global layer reads every earlier position, not a "
                      "window: one global layer anywhere in the stack lets "
                      "every input change the last output", _LAYERS),
-    global_skipped=("the global layer was left out: it reads every "
+    global_skipped=("this reach is the local layers' alone: a global "
+                    "layer, wherever it sits in the stack, reads every "
                     "earlier position, so with one in the stack every "
                     "input can change the last output", _LAYERS),
     one_too_few=("one input too few: k local layers reach k (W - 1) "
