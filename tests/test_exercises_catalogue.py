@@ -5795,12 +5795,7 @@ WRONG["check_shared_kv_attention"]["top_left/is_causal"] = lambda: (
 # page prints (or 12.55), not the exact 2 x params bytes: under 1 % too few.
 
 def _fits_rounded_weights(gib):
-    def fits(num_kv_heads):
-        free = (80 - gib) * 2**30
-        sequence = 2 * 32 * num_kv_heads * 128 * 4096 * 2
-        position = 2 * 32 * num_kv_heads * 128 * 32 * 2
-        return int(free // sequence), int(free // position)
-    return fits
+    return _fits(total=(80 - gib) * 2**30, divide=lambda a, b: int(a // b))
 
 
 WRONG["check_cache_capacity"]["rounded_weights"] = lambda: (
