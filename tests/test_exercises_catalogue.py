@@ -15,6 +15,7 @@ import copy
 import json
 import math
 import re
+import unicodedata
 import warnings
 from pathlib import Path
 
@@ -6046,6 +6047,17 @@ WRONG["check_bpe_split"].update({
 # positions of the batch, 72; each pad with its 21 real tokens, 63.
 WRONG["check_byte_ids"]["bytes_pieces"] = lambda: (
     lambda text: [bytes([b]) for b in text.encode("utf-8")],)
+
+# --- chapter 1: round 76 ---
+# Exercise 1.6: the text normalized to NFD (or NFKD) before encoding splits
+# the i-diaeresis of "naive" into i and a combining mark: 7 bytes, not 6. The
+# hint names normalization.
+WRONG["check_byte_ids"].update({
+    "nfd": lambda: (lambda text: list(
+        unicodedata.normalize("NFD", text).encode("utf-8")),),
+    "nfd/nfkd": lambda: (lambda text: list(
+        unicodedata.normalize("NFKD", text).encode("utf-8")),),
+})
 WRONG["check_pad_scores"].update({
     "all_pairs": lambda: (144,),
     "batch_positions": lambda: (72,),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import unicodedata
 from collections import Counter
 from collections.abc import Callable
 
@@ -932,6 +933,11 @@ BYTE_IDS = catalogue(
                   "any merge, not their ids: an id is an int, the byte's "
                   "value; list(text.encode(\"utf-8\")) gives them",
                   BYTES),
+    nfd=("the text was normalized first, to NFD or NFKD: that splits "
+         "\u00ef into i and a combining diaeresis, so \"na\u00efve\" "
+         "gives 7 bytes, not 6; the ids are those of the text as given, "
+         "list(text.encode(\"utf-8\")), with no Unicode normalization",
+         BYTES),
 )
 BYTE_TEXTS = ["the", " the", "\u20ac5", "na\u00efve",  # \u20ac: not Latin-1
               "\N{SLIGHTLY SMILING FACE}", ""]
@@ -948,6 +954,9 @@ def _byte_mistake(text: str, value: object) -> str | None:
         return "nested"
     if value == [ord(c) for c in text]:
         return "code_points"
+    if value in (list(unicodedata.normalize(form, text).encode("utf-8"))
+                 for form in ("NFD", "NFKD")):
+        return "nfd"
     for name, codec in (("utf16", "utf-16-le"), ("utf16", "utf-16"),
                         ("utf16", "utf-16-be")):
         if value == list(text.encode(codec)):
