@@ -6219,3 +6219,8 @@ WRONG["check_bidirectional_alibi"]["unindexed"] = lambda: (
     lambda slopes: lambda s, b, h, q, kv: s - slopes * (q - kv).abs(),)
 WRONG["check_softcap_score_mod"]["added"] = lambda: (
     lambda cap: lambda s, b, h, q, kv: s + cap * torch.tanh(s / cap),)
+
+
+# --- chapter 14 (review 73): keys and values counted twice gets its own hint ---
+WRONG["check_cache_bytes"]["doubled"] = lambda: (
+    lambda n, h, d, length, b, s: 2 * 2 * n * h * d * length * b * s,)

@@ -32,6 +32,8 @@ CACHE = catalogue(
     "check_cache_bytes", 14,
     keys_only=("that is the keys alone; the cache holds the values too",
                _SIZE),
+    doubled=("that is twice too large: keys and values are counted "
+             "twice; the one factor 2 already covers both", _SIZE),
     no_bytes=("that counts numbers, not bytes: multiply by "
               "bytes_per_number", _SIZE),
     bits=("that counts bits: bytes_per_number is already in bytes", _SIZE),
@@ -75,6 +77,7 @@ def check_cache_bytes(fn: Callable[..., int]) -> Verdict:
         full = cache.nbytes
         problem = check_number(call.label, call.value, full, mistakes=[
             (CACHE["keys_only"], full // 2),
+            (CACHE["doubled"], full * 2),
             (CACHE["no_bytes"], full // keys.element_size()),
             (CACHE["bits"], full * 8),
             (CACHE["one_layer"], full // num_layers),
