@@ -1525,6 +1525,14 @@ def window_picture(length: int = 6, window: int = 3) -> WindowPicture:
                          capacity, tuple(slots), tuple(reads), tuple(kept))
 
 
+def ring_before(t: int, window: int) -> list[int | None]:
+    """The position in each slot of the ring of ``window`` slots before token ``t`` is
+    written (position p in slot p mod W; None: empty). Chapter 17 asserts that
+    rolling_buffer_attention's decoding keys match it."""
+    return [max((p for p in range(t) if p % window == i), default=None)
+            for i in range(window)]
+
+
 def window_cache(w: WindowPicture) -> Svg:
     W, L = w.window, w.length
     desc = (
@@ -1578,14 +1586,12 @@ def window_cache(w: WindowPicture) -> Svg:
     for t in range(L):
         y = gy + t * cell
         svg.text(mx - 14, y + cell / 2 + 5, str(t), size=15, fill=MUTED, anchor="end")
-        for i in range(W):
-            held = [pos for pos in range(t) if pos % W == i]  # before the write
+        for i, pos in enumerate(ring_before(t, W)):
             x = mx + i * mw
-            if not held:
+            if pos is None:
                 svg.rect(x + 2, y + 2, mw - 4, cell - 4, fill="#ffffff", stroke=BOX_EDGE,
                          dash="3 2", rx=3)
                 continue
-            pos = held[-1]
             reading = t - pos < W
             svg.rect(x + 2, y + 2, mw - 4, cell - 4, fill=ACCENT if reading else "#f9fafb",
                      stroke=ACCENT_EDGE if reading else BOX_EDGE, rx=3,
