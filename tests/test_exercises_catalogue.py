@@ -6224,3 +6224,31 @@ WRONG["check_softcap_score_mod"]["added"] = lambda: (
 # --- chapter 14 (review 73): keys and values counted twice gets its own hint ---
 WRONG["check_cache_bytes"]["doubled"] = lambda: (
     lambda n, h, d, length, b, s: 2 * 2 * n * h * d * length * b * s,)
+
+
+# Exercise 18.6, round 76: the new token's rotary query left unrotated (its
+# rotary key rotated at L as it should be) is named, as in exercise 18.4.
+def _step18_query_unrotated(m, x, c, k_r):
+    heads, pos = m.num_heads, torch.tensor([c.size(1)])
+    q = mha_lib.split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
+    q_r = mha_lib.split_heads(m.q_rope_proj(x), heads)  # not rotated
+    c = torch.cat([c, m.kv_down(x)], 1)
+    k_r = torch.cat([k_r, apply_rotary(m.k_rope_proj(x), pos)], 1)
+    w_uk = m.k_up.weight.unflatten(0, (heads, -1))  # (H, D, C)
+    w_uv = m.v_up.weight.unflatten(0, (heads, -1))
+    s = (q @ w_uk) @ c[:, None].mT + q_r @ k_r[:, None].mT
+    w = (s / (m.head_dim + m.rope_dim) ** 0.5).softmax(-1)
+    o = (w @ c[:, None]) @ w_uv.mT  # (B, H, 1, D)
+    return m.out_proj(mha_lib.merge_heads(o))
+
+
+WRONG["check_absorbed_step"]["query_not_rotated"] = lambda: (
+    _step18_query_unrotated,)
+
+
+def test_chapter18_round76_step_query_not_rotated_is_named():
+    verdict = _check("check_absorbed_step",
+                     WRONG["check_absorbed_step"]["query_not_rotated"]())
+    assert not verdict and "rotary query" in verdict.message, verdict.message
+    assert "Positions need their own key" in verdict.message or \
+        "Decoding with a latent cache" in verdict.message, verdict.message

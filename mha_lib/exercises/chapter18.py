@@ -649,7 +649,13 @@ STEP = catalogue(
                   "cached ones before scoring, L + 1 keys in all",
                   _DECODE),
     scale_d=("the scores are scaled by 1/sqrt(D + R), the width of the "
-             "explicit form's whole query, not by 1/sqrt(D)", _ABSORBED),
+             "explicit form's whole query, not by 1/sqrt(D)", _ROPE),
+    query_not_rotated=("the new token's rotary query must be rotated "
+                       "too, at position L = c.size(1), as its rotary "
+                       "key: apply_rotary(q_r, torch.tensor([L])); an "
+                       "unrotated query against rotated keys gives "
+                       "scores that depend on each key's position, not "
+                       "on the offset", _ROPE),
     rebuilt_keys=("that rebuilds every head's keys from the latents "
                   "(m.k_up on them, or by hand with m.k_up.weight): the "
                   "explicit form. The absorbed step "
@@ -685,19 +691,22 @@ def _step(m: MultiHeadLatentAttention, x: torch.Tensor, c: torch.Tensor,
           k_r: torch.Tensor, *, position: int | None = None,
           append: bool = True, width: int | None = None,
           rotate_latent: bool = False, rerotate: bool = False,
-          project: bool = True) -> torch.Tensor:
+          project: bool = True, rotate_query: bool = True) -> torch.Tensor:
     """One absorbed decoding step of ``m`` for ``x`` ``(B, 1, d_model)``
     after the cached latents ``c`` ``(B, L, C)`` and rotated rotary keys
     ``k_r`` ``(B, L, R)``: ``(B, 1, d_model)``, or with one planted
     mistake (rotated at ``position``, the new token not ``append``-ed, a
     scale over ``sqrt(width)``, the cached rotary keys ``rerotate``-d, no
-    ``out_proj`` unless ``project``)."""
+    ``out_proj`` unless ``project``, the rotary query left unrotated
+    unless ``rotate_query``)."""
     heads = m.num_heads
     if rerotate:
         k_r = apply_rotary(k_r, torch.arange(c.size(1)))
     pos = torch.tensor([c.size(1) if position is None else position])
     q = split_heads(m.q_proj(x), heads)  # (B, H, 1, D)
-    q_r = apply_rotary(split_heads(m.q_rope_proj(x), heads), pos)
+    q_r = split_heads(m.q_rope_proj(x), heads)  # (B, H, 1, R)
+    if rotate_query:
+        q_r = apply_rotary(q_r, pos)
     if append:  # (B, L + 1, C), (B, L + 1, R)
         latent = m.kv_down(x)  # (B, 1, C)
         if rotate_latent:
@@ -783,6 +792,8 @@ def check_absorbed_step(
                     (STEP["position_off_by_one"],
                      partial(step, position=length + 1)),
                     (STEP["rerotated"], partial(step, rerotate=True)),
+                    (STEP["query_not_rotated"],
+                     partial(step, rotate_query=False)),
                     (STEP["scale_c_r"], partial(step, width=latent + rope)),
                     (STEP["no_out_proj"], partial(step, project=False)),
                 ])
