@@ -170,3 +170,44 @@ def test_intro_heat_map_is_chapter_15s_stored_output() -> None:
     assert len(images) == 1, f"chapter 15's cell-31 has {len(images)} images, expected 1"
     assert (FIGURES / "induction_heads.png").read_bytes() == images[0], (
         "book/figures/induction_heads.png differs from chapter 15's stored map (cell-31)")
+
+
+def _notebook_function(notebook: str, name: str):
+    """Define the function ``name`` from the code cell of ``notebook`` that defines it."""
+    import json
+
+    import torch
+
+    import mha_lib
+
+    cells = json.loads((REPO / "book" / notebook).read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    (source,) = [s for s in sources if f"def {name}(" in s]
+    scope = {"torch": torch, "mha_lib": mha_lib}
+    exec(compile(source, notebook, "exec"), scope)
+    return scope[name]
+
+
+def test_ring_figures_are_what_chapter_17s_rolling_buffer_returns() -> None:
+    """Both ring figures of chapter 17 (decoding one token a call; chunks of 3) hold the
+    positions and masks that the chapter's ``rolling_buffer_attention`` returns."""
+    import torch
+
+    import mha_lib
+
+    rolling = _notebook_function("17_sliding_windows_alibi_flex.ipynb",
+                                 "rolling_buffer_attention")
+    torch.manual_seed(0)
+    mha, x = mha_lib.MultiHeadAttention(8, 4), torch.randn(3, 6, 8)
+    with torch.no_grad():
+        _, decoded = rolling(mha, x, 3, 1)
+        _, chunked = rolling(mha, x, 3, 3)
+    assert len(decoded) == 6 and len(chunked) == 2
+    for t, (_, kv_pos, step_mask) in enumerate(decoded):  # first figure
+        ring = make_figures.ring_before(t, 3)  # None: an empty slot
+        assert kv_pos.tolist() == [-3 if p is None else p for p in ring] + [t]
+        assert step_mask[0].tolist() == [p is not None and t - p < 3 for p in ring] + [True]
+    steps = make_figures.chunk_picture(6, 3, 3).steps  # second figure
+    for (_, kv_pos, chunk_mask), (held, pos, rows, _) in zip(chunked, steps, strict=True):
+        assert kv_pos.tolist() == [*held, *pos]
+        assert chunk_mask.tolist() == [list(r) for r in rows]

@@ -1527,8 +1527,8 @@ def window_picture(length: int = 6, window: int = 3) -> WindowPicture:
 
 def ring_before(t: int, window: int) -> list[int | None]:
     """The position in each slot of the ring of ``window`` slots before token ``t`` is
-    written (position p in slot p mod W; None: empty). Chapter 17 asserts that
-    rolling_buffer_attention's decoding keys match it."""
+    written (position p in slot p mod W; None: empty). tests/test_figures.py asserts
+    that chapter 17's rolling_buffer_attention decodes with these keys."""
     return [max((p for p in range(t) if p % window == i), default=None)
             for i in range(window)]
 
