@@ -788,14 +788,15 @@ PARALLEL = catalogue(
                     "with z = norm1(x) is not normalised again", _BLOCK),
     no_mask=("this attention has no causal mask: GPT-J is a decoder, each "
              "token attends to itself and the tokens before it, "
-             "block.attn(h, need_weights=False, is_causal=True)",
+             "block.attn(z, need_weights=False, is_causal=True) with "
+             "z = norm1(x)",
              "Causal masks", 7),
     inverted_mask=("this mask is inverted (~causal_mask(L)): each token "
                    "attends only to the tokens after it. The book's masks "
                    "are True = may attend, so pass causal_mask(L) as it "
                    "is, or is_causal=True", "Causal masks", 7),
     no_activation=("the activation between the two FFN layers is missing: "
-                   "block.linear2(block.activation(block.linear1(h)))",
+                   "block.linear2(block.activation(block.linear1(z)))",
                    "The feed-forward network"),
     fixed_relu=("this uses ReLU: the block's activation is "
                 "block.activation (GELU here), "
