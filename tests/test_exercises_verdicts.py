@@ -119,7 +119,7 @@ def test_how_far_off_and_in_which_direction():
     nan = check_tensor("t", torch.tensor([1.0, float("nan")]), torch.ones(2))
     assert "NaN or inf" in nan.message
     mask = check_tensor("m", torch.tensor([True, True]), torch.tensor([True, False]))
-    assert "1 of 2 entries are wrong, the first at index [1]" in mask.message
+    assert "1 of 2 entries is wrong, the first at index [1]" in mask.message
     # the expected values themselves are never printed
     values = check_tensor("t", torch.tensor([1.0, 7.0]), torch.tensor([1.0, 3.25]))
     assert "3.25" not in values.message and "too large" in values.message

@@ -375,7 +375,9 @@ def _how_far(given: torch.Tensor, expected: torch.Tensor, atol: float,
     if expected.dtype == torch.bool:
         wrong = given.bool() != expected
         first = _index(int(wrong.flatten().nonzero()[0]), wrong.shape)
-        return (f"{int(wrong.sum())} of {wrong.numel()} entries are wrong, "
+        count = int(wrong.sum())
+        return (f"{count} of {wrong.numel()} entries "
+                f"{'is' if count == 1 else 'are'} wrong, "
                 f"the first at index {first} (yours is "
                 f"{bool(given[tuple(first)])} there; True = may attend)")
     g = given.detach().double()
@@ -403,7 +405,9 @@ def _how_far(given: torch.Tensor, expected: torch.Tensor, atol: float,
     worst = int(diff.abs().flatten().argmax())
     where = _index(worst, diff.shape)
     size = diff.flatten()[worst].item()
-    return (f"{int(off.sum())} of {off.numel()} entries are off, by up to "
+    count = int(off.sum())
+    return (f"{count} of {off.numel()} entries "
+            f"{'is' if count == 1 else 'are'} off, by up to "
             f"{abs(size):.3g} (at index {where} yours is too "
             f"{'large' if size > 0 else 'small'})")
 
