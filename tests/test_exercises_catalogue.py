@@ -6252,3 +6252,39 @@ def test_chapter18_round76_step_query_not_rotated_is_named():
     assert not verdict and "rotary query" in verdict.message, verdict.message
     assert "Positions need their own key" in verdict.message or \
         "Decoding with a latent cache" in verdict.message, verdict.message
+
+
+# --- chapter 1: round 78 ---
+# Exercise 1.5: each merge scanned from the word's end; Exercise 1.4: the
+# count doubled (54); Exercise 1.2: a vocabulary that keeps the capitals;
+# Exercise 1.6: the text normalized to NFKC (the ligature fi of "fine").
+def _right_to_left78(word, merges):  # scans each merge from the end
+    symbols = [*word, "</w>"]
+    for a, b in merges:
+        out, i = [], len(symbols) - 1
+        while i >= 0:
+            if i > 0 and (symbols[i - 1], symbols[i]) == (a, b):
+                out.append(a + b)
+                i -= 2
+            else:
+                out.append(symbols[i])
+                i -= 1
+        symbols = out[::-1]
+    return symbols
+
+
+def _vocab_capitals78():  # split on spaces, no lowercasing
+    words = {w.strip("!.?") for s in SENTENCES for w in s.split(" ")}
+    return {w: i for i, w in enumerate(["<pad>", *sorted(words)])}
+
+
+WRONG["check_bpe_split"]["right_to_left"] = lambda: (_right_to_left78,)
+WRONG["check_pad_scores"]["doubled"] = lambda: (54,)
+WRONG["check_vocab"]["not_lowercased"] = lambda: (_vocab_capitals78(),)
+WRONG["check_byte_ids"]["nfkc"] = lambda: (
+    lambda t: list(unicodedata.normalize("NFKC", t).encode("utf-8")),)
+
+
+def test_chapter1_round78_split_hint_says_one_merge():
+    verdict = _check("check_bpe_split", (_right_to_left78,))
+    assert "'aaa', 1 merge)" in verdict.message, verdict.message

@@ -200,6 +200,9 @@ VOCAB = catalogue(
     offset=("the words are in sorted order, but their ids should "
             "follow \"<pad>\" without a gap: \"a\" is 1, \"basic\" 2, "
             "and so on", "The vocabulary"),
+    not_lowercased=("the tokens keep their capitals (\"Hello,\", \"I\"): "
+                    "tokenize lowercases every word, so build the "
+                    "vocabulary from tokenize(sentence)", "Tokenization"),
     itos=("the keys are ids and the values tokens: this is itos (index "
           "to string); pass stoi, which maps each token to its id",
           "The vocabulary"),
@@ -230,6 +233,9 @@ def check_vocab(stoi: dict[str, int]) -> Verdict:
         return VOCAB["no_pad"].verdict("stoi")
     if stoi["<pad>"] != 0:
         return VOCAB["pad_last"].verdict("stoi")
+    if any(isinstance(k, str) and not k.startswith("<") and k != k.lower()
+           for k in stoi):
+        return VOCAB["not_lowercased"].verdict("stoi")
     if "hello" not in stoi and "hello," not in stoi:
         return Verdict(False, "stoi is missing words of the three "
                               "sentences")
@@ -642,6 +648,11 @@ SPLIT = catalogue(
     marker_dropped=("the end-of-word marker \"</w>\" was dropped from the "
                     "end: where no merge joins it, it stays the last "
                     "piece, on its own", SECTION),
+    right_to_left=("each merge should scan the word left to right, from "
+                   "its first symbol: scanning from the end joins other "
+                   "pairs "
+                   "(\"aaa\" with the merge (\"a\", \"a\") is aa a </w>, "
+                   "not a aa </w>)", SECTION),
     d2l_marker=("\"_\" is d2l's end-of-word marker; this chapter, like "
                 "Sennrich et al., writes \"</w>\", and the merges join "
                 "it (\"ug</w>\" is a piece): end the word with \"</w>\"",
@@ -673,6 +684,18 @@ def _split(word: str, merges: list[tuple[str, str]], how: str = "") -> list:
             out.append(text[:size])
             text = text[size:]
         return out
+    if how == "right_to_left":  # each merge scanned from the word's end
+        for pair in merges:
+            out, i = [], len(symbols)
+            while i > 0:
+                if i > 1 and tuple(symbols[i - 2:i]) == tuple(pair):
+                    out.insert(0, symbols[i - 2] + symbols[i - 1])
+                    i -= 2
+                else:
+                    out.insert(0, symbols[i - 1])
+                    i -= 1
+            symbols = out
+        return symbols
     if how == "leftmost":  # join the leftmost pair that is a merge
         ranked = {tuple(m) for m in merges}
         while True:
@@ -713,7 +736,8 @@ def _check_split_function(fn: Callable) -> Verdict:
     cases, given = _split_cases(), []
     for word, merges in cases:
         call = attempt(fn, word, list(merges),
-                       shown=f"{word!r}, {len(merges)} merges")
+                       shown=f"{word!r}, {len(merges)} "
+                             f"merge{'s' * (len(merges) != 1)}")
         if call.verdict is not None:
             return call.verdict
         if isinstance(call.value, str):
@@ -737,7 +761,7 @@ def _check_split_function(fn: Callable) -> Verdict:
         return SPLIT["d2l_marker"].verdict(wrong[0][0])
     for how in ("end_marker_missing", "first_only", "overlapping",
                 "longest_match", "leftmost", "reversed", "string_replace",
-                "marker_dropped"):
+                "marker_dropped", "right_to_left"):
         if all(pieces == _split(word, merges, how)
                for (_, pieces), (word, merges) in zip(given, cases,
                                                       strict=True)):
@@ -830,6 +854,10 @@ PAD_SCORES = catalogue(
                      "count the pairs that involve a pad, first, "
                      "second or both", "Padding sentences of different "
                                         "lengths"),
+    doubled=("that is twice the count: the L x L pairs are already "
+             "ordered, so (pad, token) and (token, pad) are two pairs, "
+             "each counted once; do not double the count",
+             "Padding sentences of different lengths"),
     pads=("that is the number of pads, not of pairs: every pad has a "
           "row and a column of pairs", "Padding sentences of different "
                                         "lengths"),
@@ -902,6 +930,7 @@ def check_pad_scores(n: int) -> Verdict:
         (PAD_SCORES["every_sentence"], want * ids.size(0)),
         (PAD_SCORES["query_rows_only"], total - one_side),
         (PAD_SCORES["all_pairs"], total),
+        (PAD_SCORES["doubled"], 2 * want),
         (PAD_SCORES["batch_positions"], pads * real.numel()),
         (PAD_SCORES["batch_real"], pads * int(real.sum())),
     ])
@@ -938,8 +967,14 @@ BYTE_IDS = catalogue(
          "gives 7 bytes, not 6; the ids are those of the text as given, "
          "list(text.encode(\"utf-8\")), with no Unicode normalization",
          BYTES),
+    nfkc=("the text was normalized first, to NFKC: that replaces the "
+          "ligature \ufb01 (3 bytes) by the two letters f and i (2 "
+          "bytes); the ids are those of the text as given, "
+          "list(text.encode(\"utf-8\")), with no Unicode normalization",
+          BYTES),
 )
 BYTE_TEXTS = ["the", " the", "\u20ac5", "na\u00efve",  # \u20ac: not Latin-1
+              "\ufb01ne",  # the ligature fi: NFKC makes it f and i
               "\N{SLIGHTLY SMILING FACE}", ""]
 
 
@@ -954,6 +989,8 @@ def _byte_mistake(text: str, value: object) -> str | None:
         return "nested"
     if value == [ord(c) for c in text]:
         return "code_points"
+    if value == list(unicodedata.normalize("NFKC", text).encode("utf-8")):
+        return "nfkc"  # before NFKD, which also splits the ligature
     if value in (list(unicodedata.normalize(form, text).encode("utf-8"))
                  for form in ("NFD", "NFKD")):
         return "nfd"
@@ -997,4 +1034,5 @@ def check_byte_ids(fn: Callable[[str], list[int]]) -> Verdict:
                               f"{want}, one id per UTF-8 byte "
                               f"{see(BYTES, 1)}")
     return Verdict(True, f"{len(BYTE_TEXTS)} texts: one id per UTF-8 byte, "
-                         f"so \u00ef takes 2 ids, \u20ac 3 and the emoji 4")
+                         f"so \u00ef takes 2 ids, \u20ac and \ufb01 3, "
+                         f"the emoji 4")
