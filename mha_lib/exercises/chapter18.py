@@ -343,7 +343,8 @@ SCORES = catalogue(
                "their batch axis up with the queries' head axis, so "
                "head h scores sequence h's keys; it runs only because "
                "B = H here. Put the head axis second: k_r[:, None] "
-               "(B, 1, L, R), c[:, None] (B, 1, L, C)", _ROPE),
+               "(B, 1, L, R), c[:, None] (B, 1, L, C)",
+               "Padding masks from token ids", 7),
     heads_swapped=("those scores are (H, B, L, L), the batch and head "
                    "axes swapped (the shape fits only where B = H, as "
                    "here): return them (B, H, L, L), batch first",
