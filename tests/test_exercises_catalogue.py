@@ -6288,3 +6288,22 @@ WRONG["check_byte_ids"]["nfkc"] = lambda: (
 def test_chapter1_round78_split_hint_says_one_merge():
     verdict = _check("check_bpe_split", (_right_to_left78,))
     assert "'aaa', 1 merge)" in verdict.message, verdict.message
+
+
+# Exercise 14.5 (round 78): q transposed to (B, Lq, H, D) before the reshape
+# to (B, H_kv, g * Lq, D), so a group's rows mix tokens and heads; the
+# result reshaped back the same way. A reviewer's answer that got only the
+# generic values message.
+
+
+def _shared_transposed_first(q, k, v, mask):
+    B, H, Lq, D = q.shape  # noqa: N806
+    g = H // k.size(1)
+    rows = q.transpose(1, 2).reshape(B, k.size(1), g * Lq, D)
+    out = F.scaled_dot_product_attention(rows, k, v,
+                                         attn_mask=mask.repeat(g, 1))
+    return out.reshape(B, Lq, H, D).transpose(1, 2)
+
+
+WRONG["check_shared_kv_attention"]["transposed_first"] = lambda: (
+    _shared_transposed_first,)

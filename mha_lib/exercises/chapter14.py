@@ -617,6 +617,11 @@ SHARED = catalogue(
                       "head 1's: the mask's rows must follow the queries' "
                       "order. Reshape q straight to (B, H_kv, g * Lq, D), "
                       "with no transpose", _GQA),
+    transposed_first=("q is transposed to (B, Lq, H, D) before the "
+                      "reshape, so a group's rows mix tokens and heads: "
+                      "query heads 0 to g - 1 are already next to each "
+                      "other in (B, H, Lq, D), so reshape q straight to "
+                      "(B, H_kv, g * Lq, D), with no transpose", _GQA),
     mask_shape=("the (Lq, Lk) mask does not fit the stacked rows, (g * Lq, "
                 "Lk): give it the same rows as the queries, mask.repeat(g, "
                 "1)", _GQA),
@@ -735,8 +740,14 @@ def _explain_shared(error: BaseException, record) -> object:
 
 
 def _shared_reference(q, k, v, mask, scale=None, interleave=False,
-                      mask_by_row=False, by_token=False):
+                      mask_by_row=False, by_token=False,
+                      transposed_first=False):
     g = q.size(1) // k.size(1)
+    if transposed_first:  # (B, Lq, H, D) cut into groups, and back
+        B, H, Lq, D = q.shape  # noqa: N806
+        rows = q.transpose(1, 2).reshape(B, k.size(1), g * Lq, D)
+        out = _reference_step(rows, k, v, mask.repeat(g, 1))
+        return out.reshape(B, Lq, H, D).transpose(1, 2)
     if isinstance(mask, str):  # "top_left" or "is_causal": tril
         B, H, Lq, D = q.shape  # noqa: N806
         rows = q.reshape(B, k.size(1), g * Lq, D)
@@ -796,6 +807,8 @@ def check_shared_kv_attention(fn: Callable[..., torch.Tensor]) -> Verdict:
                  _shared_reference(q, k, v, mask, mask_by_row=True)),
                 (SHARED["stacked_by_token"],
                  _shared_reference(q, k, v, mask, by_token=True)),
+                (SHARED["transposed_first"],
+                 _shared_reference(q, k, v, mask, transposed_first=True)),
                 (SHARED["no_mask"], _shared_reference(q, k, v, None)),
                 (SHARED["unscaled"],
                  _shared_reference(q, k, v, mask, scale=1.0)),
