@@ -174,15 +174,13 @@ def test_intro_heat_map_is_chapter_15s_stored_output() -> None:
 
 def _notebook_function(notebook: str, name: str):
     """Define the function ``name`` from the code cell of ``notebook`` that defines it."""
-    import json
-
     import torch
 
     import mha_lib
+    from tests.sync import code_cells
 
-    cells = json.loads((REPO / "book" / notebook).read_text())["cells"]
-    sources = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
-    (source,) = [s for s in sources if f"def {name}(" in s]
+    cells = code_cells(REPO / "book" / notebook)
+    (source,) = [s for _, s in cells if f"def {name}(" in s]
     scope = {"torch": torch, "mha_lib": mha_lib}
     exec(compile(source, notebook, "exec"), scope)
     return scope[name]
